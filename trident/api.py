@@ -1,0 +1,75 @@
+"""`trident.jit` and `trident.explain`: the user-facing surface."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+from . import config
+from .scm import SCM, Options
+
+
+def jit(fn=None, *, strict: bool | None = None, max_versions: int | None = None,
+        dynamic: bool | None = None):
+    """Compile `fn` into a Specialization Cache Module.
+
+    Usable as `@trident.jit`, `@trident.jit(strict=True)` or `trident.jit(fn)`.
+
+    Options:
+      strict:       raise `UnsupportedError`/`CaptureError` instead of falling
+                    back to eager (default: env TRIDENT_STRICT, else False).
+      max_versions: the recompile limit; past it the function runs eagerly
+                    with one warning (default: env TRIDENT_MAX_VERSIONS, 16).
+      dynamic:      as in torch.compile: None lets Dynamo make a dimension
+                    dynamic once it changes, True makes sizes dynamic from the
+                    first capture, False always specializes.
+
+    The returned object is a native callable: a call whose guards match one
+    captured version runs without entering Python.
+    """
+    if fn is None:
+        return functools.partial(jit, strict=strict, max_versions=max_versions,
+                                 dynamic=dynamic)
+    if not inspect.isfunction(fn):
+        raise TypeError(f"trident.jit expects a Python function, got {type(fn).__name__}")
+    if config.disabled():
+        return fn
+    opts = Options(
+        strict=config.strict() if strict is None else strict,
+        max_versions=config.max_versions() if max_versions is None else max_versions,
+        dynamic=dynamic,
+    )
+    scm = SCM(fn, opts)
+    f = scm.function
+    functools.update_wrapper(f, fn)
+    f.__signature__ = inspect.signature(fn)
+    f._trident_scm = scm
+    return f
+
+
+def _scm_of(f) -> SCM:
+    scm = getattr(f, "_trident_scm", None)
+    if scm is None:
+        raise TypeError(f"{f!r} is not a trident.jit function")
+    return scm
+
+
+def explain(f) -> str:
+    """Each version of `f`: why it was captured, its guards, host IR, hits,
+    and the path of the generated SCM (with its C source beside it)."""
+    return _scm_of(f).explain()
+
+
+def versions(f) -> list:
+    """The host-IR versions of `f`, in dispatch order."""
+    return list(_scm_of(f).versions)
+
+
+def stats(f):
+    """Counters: misses, captures, fallbacks, and per-version hits."""
+    scm = _scm_of(f)
+    mod = scm.function._module
+    hits = [h for h, _ in mod.stats()] if mod is not None else []
+    return {"misses": scm.stats.misses, "captures": scm.stats.captures,
+            "fallbacks": scm.stats.fallbacks, "versions": len(scm.versions), "hits": hits,
+            "fallback_reason": scm.fallback_reason}

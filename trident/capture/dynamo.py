@@ -1,0 +1,219 @@
+"""Capture one executed path of a function with TorchDynamo.
+
+In: a Python function and one call's arguments.  Out: a `Capture` holding
+the ATen-level graph of the path (symbolic where Dynamo made dimensions
+dynamic), the complete list of guards Dynamo recorded for it, the shape
+guards rendered over Trident's own variable names, what the graph's inputs
+are (their Dynamo sources), and the call's own result.
+
+Dynamo is driven through `torch.compile(fullgraph=True)` with a backend
+that records the graph and a `guard_filter_fn` that records (and keeps) every
+guard.  The capturing call runs the captured graph, so it returns its own
+result.  Dynamo's own cache for the code object is cleared before each
+capture: Trident's SCM, not Dynamo, decides which version runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..errors import CaptureError, UnsupportedError
+
+
+@dataclass
+class GraphInput:
+    """One placeholder of the graph: where its value comes from at call time."""
+
+    source: object  # a Dynamo Source
+    example: object  # FakeTensor, SymInt, int, float
+
+
+@dataclass
+class Capture:
+    aten_graph: torch.fx.GraphModule
+    dynamo_graph: torch.fx.GraphModule
+    inputs: list
+    guard_entries: list
+    shape_exprs: list  # [(python expr over names, {name: Dynamo Source})]
+    sizes_strides: dict  # Dynamo Source -> (sizes, strides) with None = symbolic
+    global_state: bytes
+    result: object
+    graph_outputs: list  # the runner's outputs for the capturing call
+    tf_mode_stack_len: int
+    dynamic: bool = False
+    notes: list = field(default_factory=list)
+
+
+class _GraphRunError(Exception):
+    """Wraps an exception raised while running the captured graph itself."""
+
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+
+def _check_side_effects(output_graph) -> None:
+    se = output_graph.side_effects
+    from torch._dynamo.variables.base import AttributeMutationNew, ValueMutationNew
+
+    for var in list(se.id_to_variable.values()):
+        if not se.is_modified(var):
+            continue
+        mt = getattr(var, "mutation_type", None)
+        if isinstance(mt, (AttributeMutationNew, ValueMutationNew)):
+            continue  # an object created by the function: returned, not replayed
+        raise UnsupportedError(
+            f"the function mutates a Python object that existed before the call ({var}); "
+            "Trident does not replay Python side effects")
+    if se.tensor_hooks:
+        raise UnsupportedError("the function registers tensor hooks")
+
+
+def _concrete(xs):
+    out = []
+    for x in xs:
+        if isinstance(x, torch.SymInt):
+            v = x.node.maybe_as_int()
+            out.append(v)
+        else:
+            out.append(int(x))
+    return tuple(out)
+
+
+def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Capture:
+    """Capture `fn(*args, **kwargs)`; raises CaptureError / UnsupportedError.
+
+    An exception raised by the user's own operations while the captured graph
+    runs is re-raised as is (it is what eager raises).
+    """
+    from torch._dynamo.symbolic_convert import InstructionTranslator
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    st: dict = {"calls": 0}
+
+    def backend(gm: torch.fx.GraphModule, example_inputs):
+        st["calls"] += 1
+        tx = InstructionTranslator.current_tx()
+        og = tx.output
+        st["og"] = og
+        try:
+            _check_side_effects(og)
+        except UnsupportedError as e:
+            st["unsupported"] = str(e)
+        inputs = []
+        fakes = []
+        for node in gm.graph.nodes:
+            if node.op != "placeholder":
+                continue
+            ga = node.meta.get("grapharg")
+            ex = node.meta.get("example_value")
+            if ga is None:
+                st["unsupported"] = f"graph input {node.name} has no source"
+                ex = None
+            inputs.append(GraphInput(ga.source if ga is not None else None, ex))
+            fakes.append(ex)
+        st["inputs"] = inputs
+        fake_mode = None
+        for f in fakes:
+            if isinstance(f, torch._subclasses.fake_tensor.FakeTensor):
+                fake_mode = f.fake_mode
+                break
+        if fake_mode is None:
+            fake_mode = torch._guards.detect_fake_mode(example_inputs)
+        try:
+            if fake_mode is not None:
+                with fake_mode:
+                    aten = make_fx(gm, tracing_mode="real")(*fakes)
+            else:
+                aten = make_fx(gm, tracing_mode="real")(*example_inputs)
+        except Exception as e:  # noqa: BLE001 - reported as the reason
+            st["unsupported"] = f"lowering to ATen failed: {type(e).__name__}: {e}"
+            aten = None
+        st["aten"] = aten
+        st["gm"] = gm
+        sizes = {}
+        for src, meta in og.input_source_to_sizes_strides.items():
+            if "size" in meta and "stride" in meta:
+                sizes[src] = (_concrete(meta["size"]), _concrete(meta["stride"]))
+        st["sizes"] = sizes
+
+        def runner(*a):
+            try:
+                outs = gm(*a)
+            except Exception as e:  # noqa: BLE001 - re-raised unchanged by capture()
+                raise _GraphRunError(e) from e
+            st["outs"] = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+            return outs
+
+        return runner
+
+    def guard_filter(entries):
+        st["entries"] = list(entries)
+        og = st.get("og")
+        exprs = []
+        if og is not None and any(e.guard_type == "SHAPE_ENV" for e in entries):
+            shape_env = og.shape_env
+            fs = shape_env.tracked_fakes or []
+            names: dict = {}
+
+            def source_ref(src):
+                key = src.name
+                if key not in names:
+                    names[key] = (f"_v{len(names)}", src)
+                return names[key][0]
+
+            helpers = shape_env.produce_guards_verbose(
+                [a.fake for a in fs], [a.source for a in fs],
+                input_contexts=[a.symbolic_context for a in fs],
+                source_ref=source_ref, langs=("python",))
+            mapping = {v[0]: v[1] for v in names.values()}
+            exprs = [(e, mapping) for e in helpers[0].exprs]
+        st["shape_exprs"] = exprs
+        return [True] * len(entries)
+
+    from torch._C._dynamo.eval_frame import reset_code
+
+    reset_code(fn.__code__)
+    compiled = torch.compile(fn, backend=backend, fullgraph=True, dynamic=dynamic,
+                             options={"guard_filter_fn": guard_filter})
+    gstate = global_state_fn()
+    tf_len = torch._C._len_torch_function_stack()
+    try:
+        result = compiled(*args, **kwargs)
+    except _GraphRunError as e:
+        raise e.exc from None
+    except Exception as e:  # noqa: BLE001
+        inner = e
+        while isinstance(inner, _GraphRunError) or isinstance(inner.__cause__, _GraphRunError):
+            inner = inner.exc if isinstance(inner, _GraphRunError) else inner.__cause__
+            if isinstance(inner, _GraphRunError):
+                continue
+            raise inner from None
+        raise CaptureError(f"{type(e).__name__}: {_first_line(e)}") from e
+    finally:
+        reset_code(fn.__code__)
+    reason = None
+    if st["calls"] == 0:
+        reason = ("Dynamo produced no graph (the function runs no tensor operation "
+                  "Trident can capture)")
+    elif st["calls"] > 1:
+        reason = "Dynamo produced several graphs"
+    elif "unsupported" in st:
+        reason = st["unsupported"]
+    if reason is not None:
+        # The capturing call already ran correctly: hand its result back.
+        err = UnsupportedError(reason)
+        err.result = result
+        raise err
+    return Capture(
+        aten_graph=st["aten"], dynamo_graph=st["gm"], inputs=st["inputs"],
+        guard_entries=st.get("entries", []), shape_exprs=st.get("shape_exprs", []),
+        sizes_strides=st["sizes"], global_state=gstate, result=result,
+        graph_outputs=st.get("outs", []), tf_mode_stack_len=tf_len,
+        dynamic=bool(dynamic))
+
+
+def _first_line(e: BaseException) -> str:
+    s = str(e).strip()
+    return s.splitlines()[0] if s else type(e).__name__

@@ -1,0 +1,424 @@
+"""Host IR versions -> the C source of one SCM.  Pure: text in, text out.
+
+Layout of the generated file:
+  * one function per version: its guards in order (a failed guard records
+    its index and returns TRT_MISS), then its program (an operator error
+    returns TRT_ERROR with the Python exception set), then its result;
+  * `trident_scm_call`, the ordered dispatcher over the versions;
+  * `trident_scm_init` / `_stats` / `_free` (see trident_rt.h).
+
+The constant tuple passed at init is: (globals, builtins, *version pools
+concatenated); `K[i]` in the C text indexes it.  Everything mutable lives in
+the state struct, so two SCMs built from identical text stay independent.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from ..errors import UnsupportedError
+from ..ir import nodes as ir
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each version's constant pool starts in the shared tuple."""
+
+    bases: tuple
+
+
+def layout(versions) -> Layout:
+    bases, n = [], 2
+    for v in versions:
+        bases.append(n)
+        n += len(v.consts)
+    return Layout(tuple(bases))
+
+
+def consts_tuple(globals_dict, builtins_dict, versions) -> tuple:
+    out = [globals_dict, builtins_dict]
+    for v in versions:
+        out.extend(v.consts)
+    return tuple(out)
+
+
+def _cstr(s: str) -> str:
+    return json.dumps(s)  # a valid C string literal for printable text
+
+
+class _Module:
+    """Accumulates module-level tables while versions are emitted."""
+
+    def __init__(self):
+        self.names: list[str] = []
+        self.specs: list[tuple[str, int]] = []  # (C initializer, type const)
+        self.ops: list[str] = []  # C statements creating ops (in init)
+        self.decls: list[str] = []
+
+    def name(self, s: str) -> str:
+        if s not in self.names:
+            self.names.append(s)
+        return f"S->N[{self.names.index(s)}]"
+
+
+class _VersionGen:
+    def __init__(self, mod: _Module, v: ir.Version, base: int):
+        self.mod = mod
+        self.v = v
+        self.base = base
+        self.lines: list[str] = []
+        self.src_vars: dict = {}
+        self.meta: dict = {}  # tensor source -> (meta var, ndim)
+        self.tmp = 0
+
+    def K(self, i: int) -> str:
+        return f"K[{self.base + i}]"
+
+    # -- sources: every load is a new reference kept in o<N>, released at exit
+    def load(self, src) -> str:
+        if src in self.src_vars:
+            return self.src_vars[src]
+        if isinstance(src, ir.Local):
+            expr = f"(Py_INCREF(L[{src.index}]), L[{src.index}])"
+        elif isinstance(src, ir.Global):
+            expr = f"trt_load_global(S->globals, S->builtins, {self.mod.name(src.name)})"
+        elif isinstance(src, ir.ConstObj):
+            expr = f"(Py_INCREF({self.K(src.index)}), {self.K(src.index)})"
+        elif isinstance(src, ir.Attr):
+            b = self.load(src.base)
+            expr = f"trt_getattr({b}, {self.mod.name(src.name)})"
+        elif isinstance(src, ir.Item):
+            b = self.load(src.base)
+            if isinstance(src.key, int):
+                expr = f"trt_getitem_int({b}, {src.key})"
+            else:
+                expr = f"trt_getitem_obj({b}, {self.mod.name(src.key)})"
+        else:
+            raise UnsupportedError(f"cannot load source {src}")
+        var = f"o{len(self.src_vars)}"
+        self.src_vars[src] = var
+        self.lines.append(f"  {var} = {expr};")
+        return var
+
+    # -- integer expressions
+    def leaf(self, leaf) -> str:
+        if isinstance(leaf, ir.PyInt):
+            o = self.load(leaf.source)
+            return f"trt_pyint({o}, &ok)"
+        if leaf.tensor not in self.meta:
+            raise UnsupportedError(f"{leaf} needs a tensor guard on {leaf.tensor} first")
+        m, nd = self.meta[leaf.tensor]
+        if isinstance(leaf, ir.TensorSize):
+            return f"{m}[{leaf.dim}]"
+        if isinstance(leaf, ir.TensorStride):
+            return f"{m}[{nd + leaf.dim}]"
+        return f"{m}[{2 * nd}]"
+
+    def expr(self, e) -> str:
+        if isinstance(e, ir.IntConst):
+            return f"INT64_C({e.value})"
+        if isinstance(e, ir.SymVar):
+            return e.name
+        if isinstance(e, ir.SymLeaf):
+            return self.leaf(e.leaf)
+        if isinstance(e, ir.UnOp):
+            a = self.expr(e.operand)
+            return {"-": f"(-{a})", "not": f"(!{a})", "abs": f"trt_abs({a})"}[e.op]
+        if isinstance(e, ir.BinOp):
+            a, b = self.expr(e.lhs), self.expr(e.rhs)
+            if e.op == "//":
+                return f"trt_floordiv({a}, {b}, &ok)"
+            if e.op == "%":
+                return f"trt_mod({a}, {b}, &ok)"
+            if e.op in ("max", "min"):
+                return f"trt_{e.op}({a}, {b})"
+            op = {"and": "&&", "or": "||"}.get(e.op, e.op)
+            return f"({a} {op} {b})"
+        raise UnsupportedError(f"cannot emit expression {e}")
+
+    # -- guards
+    def guard(self, k: int, g) -> None:
+        self.lines.append(f"  /* [{k}] {_comment(str(g))} */")
+        fail = f"FAIL({k})"
+        if isinstance(g, ir.GlobalState):
+            words = ", ".join(f"INT64_C({w})" for w in g.words)
+            self.mod.decls.append(
+                f"static const trt_global_state gs_v{self.v.index}_{k} = {{{{{words}}}}};")
+            self.lines.append(f"  if (!api->global_state_match(&gs_v{self.v.index}_{k})) {fail};")
+        elif isinstance(g, ir.TensorMatch):
+            o = self.load(g.source)
+            nd = len(g.sizes)
+            spec = len(self.mod.specs)
+            dims = lambda xs: "{" + ", ".join(  # noqa: E731
+                "TRT_DYN" if x is None else f"INT64_C({x})" for x in xs) + "}"
+            if nd:
+                self.mod.decls.append(f"static const int64_t sz{spec}[] = {dims(g.sizes)};")
+                self.mod.decls.append(f"static const int64_t st{spec}[] = {dims(g.strides)};")
+            init = (f"{{NULL, {g.dtype}, {g.device_type}, {g.device_index}, "
+                    f"{int(g.requires_grad)}, UINT64_C({g.dispatch_keys}), {nd}, "
+                    f"{'sz%d' % spec if nd else 'NULL'}, {'st%d' % spec if nd else 'NULL'}}}")
+            self.mod.specs.append((init, self.base + g.type_const))
+            m = f"m{len(self.meta)}"
+            self.meta[g.source] = (m, nd)
+            self.lines.insert(0, f"  int64_t {m}[{2 * nd + 1}];")
+            self.lines.append(
+                f"  if (!{o} || !api->tensor_match({o}, &S->spec[{spec}], {m})) {fail};")
+        elif isinstance(g, ir.TypeMatch):
+            o = self.load(g.source)
+            self.lines.append(
+                f"  if (!{o} || (PyObject *)Py_TYPE({o}) != {self.K(g.type_const)}) {fail};")
+        elif isinstance(g, ir.IdMatch):
+            o = self.load(g.source)
+            self.lines.append(f"  if (!{o} || {o} != {self.K(g.const)}) {fail};")
+        elif isinstance(g, ir.EqualsMatch):
+            o = self.load(g.source)
+            self.lines.append(
+                f"  if (!trt_equals({o}, {self.K(g.type_const)}, {self.K(g.const)})) {fail};")
+        elif isinstance(g, ir.LengthMatch):
+            o = self.load(g.source)
+            self.lines.append(
+                f"  if (!trt_len_is({o}, {self.K(g.type_const)}, {g.length})) {fail};")
+        elif isinstance(g, ir.DictKeysMatch):
+            o = self.load(g.source)
+            self.lines.append(f"  if (!trt_dict_keys({o}, {self.K(g.const)})) {fail};")
+        elif isinstance(g, ir.NotInDict):
+            o = self.load(g.source)
+            self.lines.append(f"  if (!trt_not_in_dict({o}, {self.mod.name(g.name)})) {fail};")
+        elif isinstance(g, ir.SameObject):
+            a, b = self.load(g.a), self.load(g.b)
+            self.lines.append(f"  if (!{a} || {a} != {b}) {fail};")
+        elif isinstance(g, ir.Distinct):
+            vs = [self.load(s) for s in g.sources]
+            conds = [f"{vs[i]} == {vs[j]}" for i in range(len(vs)) for j in range(i + 1, len(vs))]
+            self.lines.append(f"  if ({' || '.join(conds)}) {fail};")
+        elif isinstance(g, ir.ShapeGuard):
+            self.lines.append(f"  ok = 1; if (!({self.expr(g.expr)}) || !ok) {fail};")
+        else:
+            raise UnsupportedError(f"guard {type(g).__name__} has no C lowering")
+
+    # -- program
+    def instr(self, ins) -> None:
+        if isinstance(ins, ir.LoadTensor):
+            if ins.source not in self.meta:
+                raise UnsupportedError(f"tensor input {ins.source} has no tensor guard")
+            self.lines.append(f"  api->frame_set_tensor(F, {ins.slot}, {self.load(ins.source)});")
+        elif isinstance(ins, ir.LoadScalar):
+            o = self.load(ins.source)
+            if ins.kind == "int":
+                self.lines.append(f"  ok = 1; {{ int64_t v = trt_pyint({o}, &ok); if (!ok) "
+                                  f"goto bad_arg; api->frame_set_int(F, {ins.slot}, v); }}")
+            else:
+                self.lines.append(f"  if (!{o} || !PyFloat_CheckExact({o})) goto bad_arg;")
+                self.lines.append(
+                    f"  api->frame_set_double(F, {ins.slot}, PyFloat_AS_DOUBLE({o}));")
+        elif isinstance(ins, ir.SymDef):
+            self.lines.insert(0, f"  int64_t {ins.var} = 0;")
+            self.lines.append(f"  ok = 1; {ins.var} = {self.expr(ins.expr)}; if (!ok) goto bad_arg;")
+            self.lines.append(f"  api->frame_set_int(F, {ins.slot}, {ins.var});")
+        elif isinstance(ins, ir.SymFromSlot):
+            self.lines.insert(0, f"  int64_t {ins.var} = 0;")
+            self.lines.append(f"  {ins.var} = api->frame_get_int(F, {ins.slot});")
+        elif isinstance(ins, ir.Call):
+            k = self._op(ins)
+            self.lines.append(f"  if (api->op_call(S->ops[{k}], F)) goto error;  /* {ins.op}.{ins.overload} */")
+        elif isinstance(ins, ir.ListItem):
+            self.lines.append(
+                f"  if (api->frame_list_item(F, {ins.src}, {ins.index}, {ins.dst})) goto error;")
+        else:
+            raise UnsupportedError(f"instruction {type(ins).__name__} has no C lowering")
+
+    def _op(self, c: ir.Call) -> int:
+        k = len(self.mod.ops)
+        args = []
+        extra = []
+        for j, a in enumerate(c.args):
+            if isinstance(a, ir.Slot):
+                args.append(f"{{TRT_ARG_SLOT, 0, {a.index}, 0.0, NULL, NULL, NULL}}")
+            elif isinstance(a, ir.ConstArg):
+                if a.kind == "none":
+                    args.append("{TRT_ARG_NONE, 0, 0, 0.0, NULL, NULL, NULL}")
+                elif a.kind in ("int", "bool"):
+                    kind = "TRT_ARG_BOOL" if a.kind == "bool" else "TRT_ARG_INT"
+                    args.append(f"{{{kind}, 0, INT64_C({int(a.value)}), 0.0, NULL, NULL, NULL}}")
+                elif a.kind == "double":
+                    args.append(f"{{TRT_ARG_DOUBLE, 0, 0, {_cdouble(a.value)}, NULL, NULL, NULL}}")
+                elif a.kind in ("str", "device"):
+                    kind = "TRT_ARG_STR" if a.kind == "str" else "TRT_ARG_DEVICE"
+                    args.append(f"{{{kind}, 0, 0, 0.0, {_cstr(a.value)}, NULL, NULL}}")
+                else:
+                    raise UnsupportedError(f"constant argument kind {a.kind}")
+            elif isinstance(a, ir.ListArg):
+                items, ivals = [], []
+                for it in a.items:
+                    if isinstance(it, ir.Slot):
+                        items.append(str(it.index))
+                        ivals.append("0")
+                    elif it is None:
+                        items.append("TRT_ITEM_NONE")
+                        ivals.append("0")
+                    elif isinstance(it, float):
+                        raise UnsupportedError("float list constants")
+                    else:
+                        items.append("TRT_ITEM_CONST")
+                        ivals.append(f"INT64_C({int(it)})")
+                n = len(items)
+                if n:
+                    extra.append(f"    static const int32_t it{k}_{j}[] = {{{', '.join(items)}}};")
+                    extra.append(f"    static const int64_t iv{k}_{j}[] = {{{', '.join(ivals)}}};")
+                    args.append(f"{{TRT_ARG_LIST, {n}, 0, 0.0, NULL, it{k}_{j}, iv{k}_{j}}}")
+                else:
+                    args.append("{TRT_ARG_LIST, 0, 0, 0.0, NULL, NULL, NULL}")
+            else:
+                raise UnsupportedError(f"argument {a}")
+        outs = ", ".join(str(o) for o in c.outs) or "0"
+        name = c.op
+        stmts = ["  {"] + extra
+        stmts.append(f"    static const trt_arg a[] = {{{', '.join(args) or '{0}'}}};")
+        stmts.append(f"    static const int32_t outs[] = {{{outs}}};")
+        stmts.append(f"    S->ops[{k}] = api->op_new({_cstr(name)}, {_cstr(c.overload)}, "
+                     f"{len(c.args)}, a, {len(c.outs)}, outs);")
+        stmts.append(f"    if (!S->ops[{k}]) goto fail;")
+        stmts.append("  }")
+        self.mod.ops.append("\n".join(stmts))
+        return k
+
+    # -- result
+    def out(self, o) -> str:
+        """Emit code building `o`; returns the C variable holding a new ref."""
+        var = f"r{self.tmp}"
+        self.tmp += 1
+        self.lines.insert(0, f"  PyObject *{var} = NULL;")
+        self.cleanup.append(var)
+        if isinstance(o, ir.OutSlot):
+            self.lines.append(f"  {var} = api->frame_to_py(F, {o.slot}); if (!{var}) goto error;")
+        elif isinstance(o, ir.OutSym):
+            self.lines.append(f"  {var} = PyLong_FromLongLong({o.var}); if (!{var}) goto error;")
+        elif isinstance(o, ir.OutConst):
+            self.lines.append(f"  {var} = {self.K(o.const)}; Py_INCREF({var});")
+        elif isinstance(o, ir.OutSource):
+            s = self.load(o.source)
+            self.lines.append(f"  if (!{s}) goto bad_arg; {var} = {s}; Py_INCREF({var});")
+        elif isinstance(o, ir.OutSeq):
+            items = [self.out(x) for x in o.items]
+            ctor = "PyTuple_New" if o.kind == "tuple" else "PyList_New"
+            setter = "PyTuple_SET_ITEM" if o.kind == "tuple" else "PyList_SET_ITEM"
+            self.lines.append(f"  {var} = {ctor}({len(items)}); if (!{var}) goto error;")
+            for i, it in enumerate(items):
+                self.lines.append(f"  {setter}({var}, {i}, {it}); {it} = NULL;")
+        elif isinstance(o, ir.OutDict):
+            vals = [self.out(x) for x in o.values]
+            self.lines.append(f"  {var} = PyDict_New(); if (!{var}) goto error;")
+            for kc, val in zip(o.keys, vals):
+                self.lines.append(
+                    f"  if (PyDict_SetItem({var}, {self.K(kc)}, {val}) < 0) goto error;")
+        else:
+            raise UnsupportedError(f"output {o}")
+        return var
+
+    def emit(self) -> str:
+        v = self.v
+        self.cleanup: list[str] = []
+        self.lines.append("  int ok = 1;")
+        for k, g in enumerate(v.guards):
+            self.guard(k, g)
+        self.lines.append(f"  S->hits[{v.index}]++;")
+        self.lines.append(f"  F = api->frame_acquire({max(v.nslots, 1)});")
+        for ins in v.program:
+            self.instr(ins)
+        res = self.out(v.output)
+        self.lines.append(f"  result = {res}; {res} = NULL;")
+        self.lines.append("  *status = TRT_HIT;")
+        self.lines.append("  goto done;")
+        body = "\n".join(self.lines)
+        ovars = list(self.src_vars.values())
+        decl = "".join(f"  PyObject *{o} = NULL;\n" for o in ovars)
+        release = "".join(f"  Py_XDECREF({o});\n" for o in ovars)
+        release += "".join(f"  Py_XDECREF({r});\n" for r in self.cleanup)
+        return (
+            f"/* version {v.index} */\n"
+            f"static PyObject *version_{v.index}(scm_state *S, PyObject *const *L, int *status) {{\n"
+            f"  PyObject *const *K = S->K;\n  PyObject *result = NULL;\n  trt_frame *F = NULL;\n"
+            f"{decl}"
+            f"#define FAIL(k) do {{ S->failed[{v.index}] = (k); goto miss; }} while (0)\n"
+            f"{body}\n"
+            f"bad_arg:\n"
+            f"  if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "
+            f"\"trident: an argument changed type while the call ran\");\n"
+            f"error:\n  *status = TRT_ERROR;\n  result = NULL;\n  goto done;\n"
+            f"miss:\n  *status = TRT_MISS;\n  result = NULL;\n"
+            f"done:\n  if (F) api->frame_release(F);\n{release}"
+            f"#undef FAIL\n  return result;\n}}\n")
+
+
+def _comment(s: str) -> str:
+    return s.replace("*/", "* /").replace("\n", " ")
+
+
+def _cdouble(x: float) -> str:
+    if x != x or x in (float("inf"), float("-inf")):
+        return {"inf": "(1.0/0.0)", "-inf": "(-1.0/0.0)"}.get(str(x), "(0.0/0.0)")
+    return repr(float(x))
+
+
+def generate(versions) -> str:
+    """C source of an SCM holding `versions`, tried in order."""
+    lay = layout(versions)
+    mod = _Module()
+    bodies = [_VersionGen(mod, v, b).emit() for v, b in zip(versions, lay.bases)]
+    nv = len(versions)
+    nspec, nops, nnames = len(mod.specs), len(mod.ops), len(mod.names)
+    out = ["/* Generated by Trident: one Specialization Cache Module. Do not edit. */",
+           '#include "scm_prelude.h"', "#include <stdlib.h>", "",
+           "static const trt_api *api;", "",
+           "typedef struct scm_state {",
+           "  PyObject *consts;",
+           "  PyObject *const *K;",
+           "  PyObject *globals, *builtins;",
+           f"  PyObject *N[{max(nnames, 1)}];",
+           f"  trt_tensor_spec spec[{max(nspec, 1)}];",
+           f"  trt_op *ops[{max(nops, 1)}];",
+           f"  int64_t hits[{nv}];",
+           f"  int32_t failed[{nv}];",
+           "} scm_state;", ""]
+    out.extend(mod.decls)
+    out.append("")
+    out.extend(bodies)
+    out.append("TRT_EXPORT PyObject *trident_scm_call(void *st, PyObject *const *L, int *status) {")
+    out.append("  scm_state *S = (scm_state *)st;\n  PyObject *r;")
+    for v in versions:
+        out.append(f"  r = version_{v.index}(S, L, status);")
+        out.append("  if (*status != TRT_MISS) return r;")
+    out.append("  *status = TRT_MISS;\n  return NULL;\n}\n")
+    out.append("TRT_EXPORT void trident_scm_free(void *st) {")
+    out.append("  scm_state *S = (scm_state *)st;\n  if (!S) return;")
+    out.append(f"  for (int i = 0; i < {nops}; ++i) if (S->ops[i]) api->op_free(S->ops[i]);")
+    out.append(f"  for (int i = 0; i < {nnames}; ++i) Py_XDECREF(S->N[i]);")
+    out.append("  Py_XDECREF(S->consts);\n  free(S);\n}\n")
+    out.append("TRT_EXPORT int trident_scm_stats(void *st, int64_t *hits, int32_t *failed, int32_t n) {")
+    out.append("  scm_state *S = (scm_state *)st;")
+    out.append(f"  for (int i = 0; i < n && i < {nv}; ++i) {{ hits[i] = S->hits[i]; failed[i] = S->failed[i]; }}")
+    out.append(f"  return {nv};\n}}\n")
+    out.append("TRT_EXPORT int trident_scm_init(const trt_api *a, PyObject *consts, void **out) {")
+    out.append("  if (a->abi_version != TRT_ABI_VERSION) {")
+    out.append('    PyErr_SetString(PyExc_ImportError, "trident: SCM built for another runtime ABI");')
+    out.append("    return -1;\n  }")
+    out.append("  api = a;")
+    out.append("  scm_state *S = (scm_state *)calloc(1, sizeof(scm_state));")
+    out.append("  if (!S) { PyErr_NoMemory(); return -1; }")
+    out.append("  Py_INCREF(consts);\n  S->consts = consts;")
+    out.append("  S->K = (PyObject *const *)&PyTuple_GET_ITEM(consts, 0);")
+    out.append("  S->globals = S->K[0];\n  S->builtins = S->K[1];")
+    out.append(f"  for (int i = 0; i < {nv}; ++i) S->failed[i] = -1;")
+    for i, n in enumerate(mod.names):
+        out.append(f"  S->N[{i}] = PyUnicode_InternFromString({_cstr(n)});")
+        out.append(f"  if (!S->N[{i}]) goto fail;")
+    for i, (init, tk) in enumerate(mod.specs):
+        out.append("  {")
+        out.append(f"    const trt_tensor_spec t = {init};")
+        out.append(f"    S->spec[{i}] = t;\n    S->spec[{i}].type = (PyTypeObject *)S->K[{tk}];")
+        out.append("  }")
+    out.extend(mod.ops)
+    out.append("  *out = S;\n  return 0;")
+    out.append("fail:\n  trident_scm_free(S);\n  return -1;\n}")
+    return "\n".join(out) + "\n"

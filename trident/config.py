@@ -1,0 +1,94 @@
+"""Every TRIDENT_* environment knob, typed, in one place.
+
+Read at use (not at import) so tests can change them with `scope()`.
+The table in docs/env_vars.md lists the same knobs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    default: str
+    doc: str
+
+
+KNOBS = {
+    k.name: k
+    for k in (
+        Knob("TRIDENT_CACHE_DIR", "", "Where built runtimes and SCMs are kept "
+             "(default: ~/.cache/trident)."),
+        Knob("TRIDENT_DUMP_DIR", "", "If set, every capture writes its ATen graph, "
+             "guards, host IR and C source there."),
+        Knob("TRIDENT_CC", "", "C compiler for SCMs (default: $CC, then cc)."),
+        Knob("TRIDENT_CXX", "", "C++ compiler for the runtime (default: $CXX, then c++)."),
+        Knob("TRIDENT_STRICT", "0", "1: raise instead of falling back to eager "
+             "(the default for jit(strict=None))."),
+        Knob("TRIDENT_MAX_VERSIONS", "16", "Default recompile limit per function."),
+        Knob("TRIDENT_DISABLE", "0", "1: trident.jit returns functions that run eagerly."),
+        Knob("TRIDENT_ASSERT_NO_RECOMPILE", "0", "1: a specialization miss after the "
+             "first version raises RecompileError (for tests and serving)."),
+    )
+}
+
+
+def _get(name: str) -> str:
+    return os.environ.get(name, KNOBS[name].default)
+
+
+def cache_dir() -> Path:
+    d = _get("TRIDENT_CACHE_DIR")
+    return Path(d) if d else Path.home() / ".cache" / "trident"
+
+
+def dump_dir() -> Path | None:
+    d = _get("TRIDENT_DUMP_DIR")
+    return Path(d) if d else None
+
+
+def c_compiler() -> str:
+    return _get("TRIDENT_CC") or os.environ.get("CC") or "cc"
+
+
+def cxx_compiler() -> str:
+    return _get("TRIDENT_CXX") or os.environ.get("CXX") or "c++"
+
+
+def strict() -> bool:
+    return _get("TRIDENT_STRICT") == "1"
+
+
+def max_versions() -> int:
+    return int(_get("TRIDENT_MAX_VERSIONS"))
+
+
+def disabled() -> bool:
+    return _get("TRIDENT_DISABLE") == "1"
+
+
+def assert_no_recompile() -> bool:
+    return _get("TRIDENT_ASSERT_NO_RECOMPILE") == "1"
+
+
+@contextlib.contextmanager
+def scope(**values: str):
+    """Temporarily set knobs, e.g. `scope(TRIDENT_STRICT="1")`."""
+    old = {k: os.environ.get(k) for k in values}
+    for k in values:
+        if k not in KNOBS:
+            raise KeyError(f"unknown Trident knob {k}")
+    os.environ.update({k: str(v) for k, v in values.items()})
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -1,0 +1,298 @@
+"""Dynamo guard entries -> host-IR guard ops.
+
+Every entry Dynamo recorded becomes one or more IR guard ops, or the whole
+version is refused (UnsupportedError): no guard is ever dropped.  The table
+in docs/guards.md mirrors `_HANDLERS` below.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from ..errors import UnsupportedError
+from ..ir import nodes as ir
+
+# Dynamo's global-state guard kinds, all covered by one snapshot comparison.
+GLOBAL_STATE_KINDS = ("GLOBAL_STATE", "GRAD_MODE", "DETERMINISTIC_ALGORITHMS",
+                      "TORCH_FUNCTION_STATE", "AUTOGRAD_SAVED_TENSORS_HOOKS")
+IDENTITY_KINDS = ("ID_MATCH", "MODULE_MATCH", "BUILTIN_MATCH", "FUNCTION_MATCH",
+                  "CLASS_MATCH")
+EQUALS_KINDS = ("CONSTANT_MATCH", "EQUALS_MATCH")
+LENGTH_KINDS = ("SEQUENCE_LENGTH", "LIST_LENGTH", "TUPLE_ITERATOR_LEN", "DICT_LENGTH")
+_EQ_TYPES = (int, float, bool, str, bytes, type(None), torch.dtype, torch.device,
+             torch.memory_format, torch.layout)
+
+
+def local_names(fn) -> list[str]:
+    """The runtime binder's layout of the locals array (see trident_rt.cpp)."""
+    co = fn.__code__
+    n = co.co_argcount + co.co_kwonlyargcount
+    names = list(co.co_varnames[:n])
+    if co.co_flags & 0x04:  # CO_VARARGS
+        names.append(co.co_varnames[n])
+        n += 1
+    if co.co_flags & 0x08:  # CO_VARKEYWORDS
+        names.append(co.co_varnames[n])
+    names.extend(co.co_freevars)
+    return names
+
+
+@dataclass
+class ConstPool:
+    """Python objects a version refers to by index (kept alive by the SCM)."""
+
+    objs: list = field(default_factory=list)
+
+    def add(self, obj) -> int:
+        for i, o in enumerate(self.objs):
+            if o is obj:
+                return i
+        self.objs.append(obj)
+        return len(self.objs) - 1
+
+
+class SourceConverter:
+    """Dynamo Source objects -> IR sources."""
+
+    def __init__(self, fn, consts: ConstPool):
+        self.index = {n: i for i, n in enumerate(local_names(fn))}
+        self.consts = consts
+
+    def __call__(self, src) -> ir.Source:
+        from torch._dynamo import source as S
+
+        cls = type(src).__name__
+        if isinstance(src, S.LocalSource):
+            if src.local_name not in self.index:
+                raise UnsupportedError(f"guard on unknown local {src.local_name!r}")
+            return ir.Local(self.index[src.local_name], src.local_name)
+        if isinstance(src, S.GlobalSource):
+            return ir.Global(src.global_name)
+        if isinstance(src, S.AttrSource):
+            out = self(src.base)
+            for part in src.member.split("."):
+                out = ir.Attr(out, part)
+            return out
+        if cls == "GetItemSource" and not getattr(src, "index_is_slice", False):
+            idx = src.index
+            if isinstance(idx, (int, str)) and not isinstance(idx, bool):
+                return ir.Item(self(src.base), idx)
+        if cls == "DictGetItemSource":
+            idx = src.index
+            if isinstance(idx, (int, str)) and not isinstance(idx, bool):
+                return ir.Item(self(src.base), idx)
+        raise UnsupportedError(f"guard source {src.name} ({cls}) is not translated")
+
+    def int_leaf(self, src) -> ir.IntLeaf:
+        from torch._dynamo.source import TensorProperty, TensorPropertySource
+
+        if isinstance(src, TensorPropertySource):
+            base = self(src.base)
+            if src.prop == TensorProperty.SIZE:
+                return ir.TensorSize(base, src.idx)
+            if src.prop == TensorProperty.STRIDE:
+                return ir.TensorStride(base, src.idx)
+            if src.prop == TensorProperty.STORAGE_OFFSET:
+                return ir.TensorOffset(base)
+        return ir.PyInt(self(src))
+
+
+def _type_name(t: type) -> str:
+    return f"{t.__module__}.{t.__qualname__}"
+
+
+def _describe(v) -> str:
+    r = repr(v)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+def translate(entries, cap, fn, consts: ConstPool, rt) -> tuple:
+    """All guard entries of one capture -> a tuple of IR guard ops, in
+    evaluation order: global state, per-source guards, aliasing, shapes."""
+    conv = SourceConverter(fn, consts)
+    first: list = []
+    per_source: list = []
+    last: list = []
+    tensor_sources: list = []
+    duplicates: set = set()
+    covered: list = []
+
+    for e in entries:
+        kind = e.guard_type
+        g = e.orig_guard
+        if kind in GLOBAL_STATE_KINDS:
+            covered.append(kind)
+            continue
+        if kind == "SHAPE_ENV":
+            last.extend(_shape_guards(cap.shape_exprs, conv))
+            continue
+        if kind == "DEFAULT_DEVICE":
+            import torch.utils._device as dev_mod
+
+            k = consts.add(dev_mod)
+            src = ir.Attr(ir.ConstObj(k, "torch.utils._device"), "CURRENT_DEVICE")
+            cur = dev_mod.CURRENT_DEVICE
+            if cur is None:
+                per_source.append(ir.IdMatch(src, consts.add(None), "None"))
+            else:
+                per_source.append(ir.EqualsMatch(src, consts.add(type(cur)), consts.add(cur),
+                                                 _describe(cur)))
+            continue
+        src = conv(g.originating_source)
+        if kind == "TENSOR_MATCH":
+            per_source.append(_tensor_match(src, e.value, g.originating_source, cap, consts, rt))
+            tensor_sources.append(src)
+        elif kind == "TYPE_MATCH":
+            t = type(e.value)
+            per_source.append(ir.TypeMatch(src, consts.add(t), _type_name(t)))
+        elif kind in IDENTITY_KINDS:
+            per_source.append(ir.IdMatch(src, consts.add(e.value), _describe(e.value)))
+        elif kind == "CLOSURE_MATCH":
+            v = e.value
+            if getattr(v, "__closure__", None) is not None or hasattr(v, "__code__"):
+                per_source.append(ir.IdMatch(ir.Attr(src, "__code__"), consts.add(v.__code__),
+                                             f"{getattr(v, '__qualname__', '?')}.__code__"))
+            else:
+                per_source.append(ir.IdMatch(src, consts.add(v), _describe(v)))
+        elif kind in EQUALS_KINDS:
+            per_source.append(_equals(src, e.value, consts))
+        elif kind in LENGTH_KINDS:
+            t = type(e.value)
+            per_source.append(ir.LengthMatch(src, consts.add(t), _type_name(t), len(e.value)))
+        elif kind in ("DICT_KEYS", "DICT_KEYS_MATCH"):
+            keys = tuple(e.value.keys())
+            if not all(isinstance(k, (str, int)) for k in keys):
+                raise UnsupportedError(f"{kind} with non-constant keys on {src}")
+            t = type(e.value)
+            per_source.append(ir.TypeMatch(src, consts.add(t), _type_name(t)))
+            per_source.append(ir.DictKeysMatch(src, consts.add(keys), repr(keys)))
+        elif kind == "NOT_PRESENT_IN_GENERIC_DICT":
+            attr = _keyword(g, "attr")
+            per_source.append(ir.NotInDict(src, attr))
+        elif kind == "DUPLICATE_INPUT":
+            other = conv(_keyword(g, "source_b"))
+            last.append(ir.SameObject(src, other))
+            duplicates.add(src)
+            duplicates.add(other)
+        elif kind == "NO_TENSOR_ALIASING":
+            continue  # implied: Trident always emits `distinct` over tensor sources
+        else:
+            raise UnsupportedError(f"guard kind {kind} on {g.name} is not translated")
+
+    if cap.tf_mode_stack_len:
+        raise UnsupportedError("a torch function mode is active")
+    if covered:
+        words = tuple(int.from_bytes(cap.global_state[i * 8:(i + 1) * 8], "little", signed=True)
+                      for i in range(len(cap.global_state) // 8))
+        first.append(ir.GlobalState(words, tuple(dict.fromkeys(covered))))
+    distinct = [s for s in dict.fromkeys(tensor_sources) if s not in duplicates]
+    if len(distinct) > 1:
+        last.insert(0, ir.Distinct(tuple(distinct)))
+    return tuple(first + per_source + last)
+
+
+def _keyword(guard, name):
+    fn = guard.create_fn
+    kw = getattr(fn, "keywords", None) or {}
+    if name not in kw:
+        raise UnsupportedError(f"{guard.name}: cannot find {name!r} of {fn}")
+    return kw[name]
+
+
+def _equals(src, value, consts: ConstPool):
+    if value is None:
+        return ir.IdMatch(src, consts.add(None), "None")
+    if type(value) in (tuple, list) and all(type(v) in _EQ_TYPES for v in value):
+        pass
+    elif type(value) not in _EQ_TYPES:
+        raise UnsupportedError(f"equality guard on {src} of type {type(value).__name__}")
+    if isinstance(value, float) and math.isnan(value):
+        raise UnsupportedError(f"equality guard on NaN at {src}")
+    t = type(value)
+    return ir.EqualsMatch(src, consts.add(t), consts.add(value), _describe(value))
+
+
+def _tensor_match(src, value, dyn_src, cap, consts: ConstPool, rt):
+    if not isinstance(value, torch.Tensor):
+        raise UnsupportedError(f"TENSOR_MATCH on a non-tensor at {src}")
+    t = type(value)
+    if t not in (torch.Tensor, torch.nn.Parameter):
+        raise UnsupportedError(f"tensor subclass {t.__name__} at {src}")
+    if value.layout != torch.strided:
+        raise UnsupportedError(f"{value.layout} tensor at {src}")
+    if getattr(value, "_dynamo_dynamic_indices", None) or getattr(
+            value, "_dynamo_weak_dynamic_indices", None):
+        raise UnsupportedError(f"tensor marked dynamic by hand at {src}")
+    sizes, strides = cap.sizes_strides.get(dyn_src, (tuple(value.shape), value.stride()))
+    dev = value.device
+    return ir.TensorMatch(
+        source=src, type_const=consts.add(t), type_name=t.__name__,
+        dtype=rt.enum_code(value.dtype), dtype_name=str(value.dtype).replace("torch.", ""),
+        device_type=rt.enum_code(dev), device_index=-1 if dev.index is None else dev.index,
+        device_name=str(dev), requires_grad=bool(value.requires_grad),
+        dispatch_keys=rt.dispatch_keys(value), sizes=tuple(sizes), strides=tuple(strides))
+
+
+# ------------------------------------------------------------ shape guards
+
+_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}
+_CMPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">",
+         ast.GtE: ">="}
+
+
+def _shape_guards(exprs, conv: SourceConverter) -> list:
+    out = []
+    for text, mapping in exprs:
+        tree = ast.parse(text, mode="eval").body
+        out.append(ir.ShapeGuard(_expr(tree, mapping, conv, text), text))
+    return out
+
+
+def _expr(node, mapping, conv, text) -> ir.SymExpr:
+    def rec(n):
+        return _expr(n, mapping, conv, text)
+
+    if isinstance(node, ast.Constant) and type(node.value) in (int, bool):
+        return ir.IntConst(int(node.value))
+    if isinstance(node, ast.Name) and node.id in mapping:
+        return ir.SymLeaf(conv.int_leaf(mapping[node.id]))
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        return ir.BinOp(_BINOPS[type(node.op)], rec(node.left), rec(node.right))
+    if isinstance(node, ast.UnaryOp):
+        if isinstance(node.op, ast.USub):
+            return ir.UnOp("-", rec(node.operand))
+        if isinstance(node.op, ast.Not):
+            return ir.UnOp("not", rec(node.operand))
+    if isinstance(node, ast.BoolOp):
+        op = "and" if isinstance(node.op, ast.And) else "or"
+        acc = rec(node.values[0])
+        for v in node.values[1:]:
+            acc = ir.BinOp(op, acc, rec(v))
+        return acc
+    if isinstance(node, ast.Compare):
+        parts = []
+        left = node.left
+        for op, right in zip(node.ops, node.comparators):
+            if type(op) not in _CMPS:
+                break
+            parts.append(ir.BinOp(_CMPS[type(op)], rec(left), rec(right)))
+            left = right
+        else:
+            acc = parts[0]
+            for p in parts[1:]:
+                acc = ir.BinOp("and", acc, p)
+            return acc
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id in ("max", "min", "abs") and not node.keywords):
+        if node.func.id == "abs" and len(node.args) == 1:
+            return ir.UnOp("abs", rec(node.args[0]))
+        if len(node.args) >= 2:
+            acc = rec(node.args[0])
+            for a in node.args[1:]:
+                acc = ir.BinOp(node.func.id, acc, rec(a))
+            return acc
+    raise UnsupportedError(f"shape guard {text!r}: cannot translate {ast.dump(node)[:80]}")

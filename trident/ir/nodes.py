@@ -1,0 +1,489 @@
+"""Host IR: frozen dataclasses for one version of an SCM.
+
+A `Version` is an ordered list of guard ops followed by a host program.
+Guards read *sources* (where a Python value comes from: a parameter, a
+global, an attribute of either, ...), and *symbolic expressions* over integer
+tensor properties.  The program moves values into frame slots, calls ATen
+operators through the dispatcher and rebuilds the function's Python result.
+
+Every node prints itself with `str()`; `ir.printer` prints a whole version.
+Constant Python objects (types, identities, equality values) live in the
+version's constant pool and are referred to by index (`K[3]`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+# ------------------------------------------------------------------ sources
+
+
+@dataclass(frozen=True)
+class Local:
+    """Bound parameter or closure variable `name`, at `index` in the locals array."""
+
+    index: int
+    name: str
+
+    def __str__(self) -> str:
+        return f"L[{self.name!r}]"
+
+
+@dataclass(frozen=True)
+class Global:
+    """A name in the function's globals (falling back to builtins)."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return f"G[{self.name!r}]"
+
+
+@dataclass(frozen=True)
+class ConstObj:
+    """An object held in the constant pool (e.g. a module)."""
+
+    index: int
+    desc: str
+
+    def __str__(self) -> str:
+        return f"K[{self.index}]<{self.desc}>"
+
+
+@dataclass(frozen=True)
+class Attr:
+    base: "Source"
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.base}.{self.name}"
+
+
+@dataclass(frozen=True)
+class Item:
+    """`base[key]` on a tuple, list or dict (int or str key)."""
+
+    base: "Source"
+    key: Union[int, str]
+
+    def __str__(self) -> str:
+        return f"{self.base}[{self.key!r}]"
+
+
+Source = Union[Local, Global, ConstObj, Attr, Item]
+
+# ------------------------------------------------ integer-valued properties
+
+
+@dataclass(frozen=True)
+class TensorSize:
+    tensor: Source
+    dim: int
+
+    def __str__(self) -> str:
+        return f"{self.tensor}.size({self.dim})"
+
+
+@dataclass(frozen=True)
+class TensorStride:
+    tensor: Source
+    dim: int
+
+    def __str__(self) -> str:
+        return f"{self.tensor}.stride({self.dim})"
+
+
+@dataclass(frozen=True)
+class TensorOffset:
+    tensor: Source
+
+    def __str__(self) -> str:
+        return f"{self.tensor}.storage_offset()"
+
+
+@dataclass(frozen=True)
+class PyInt:
+    """A Python int argument Dynamo made dynamic."""
+
+    source: Source
+
+    def __str__(self) -> str:
+        return f"int({self.source})"
+
+
+IntLeaf = Union[TensorSize, TensorStride, TensorOffset, PyInt]
+
+# ---------------------------------------------------- symbolic expressions
+
+
+@dataclass(frozen=True)
+class SymLeaf:
+    leaf: IntLeaf
+
+    def __str__(self) -> str:
+        return str(self.leaf)
+
+
+@dataclass(frozen=True)
+class SymVar:
+    """A value computed earlier in the program (`SymDef`)."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class IntConst:
+    value: int
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+@dataclass(frozen=True)
+class BinOp:
+    """Integer or boolean binary op; `//` and `%` have Python's floor semantics."""
+
+    op: str  # + - * // % == != < <= > >= and or max min
+    lhs: "SymExpr"
+    rhs: "SymExpr"
+
+    def __str__(self) -> str:
+        if self.op in ("max", "min"):
+            return f"{self.op}({self.lhs}, {self.rhs})"
+        return f"({self.lhs} {self.op} {self.rhs})"
+
+
+@dataclass(frozen=True)
+class UnOp:
+    op: str  # - not abs
+
+    operand: "SymExpr"
+
+    def __str__(self) -> str:
+        return f"{self.op}({self.operand})"
+
+
+SymExpr = Union[SymLeaf, SymVar, IntConst, BinOp, UnOp]
+
+# ------------------------------------------------------------------ guards
+
+
+@dataclass(frozen=True)
+class TensorMatch:
+    """Dynamo's TENSOR_MATCH: exact Python type, dispatch keys, dtype, device,
+    requires_grad, dim, and every static size and stride (None = symbolic)."""
+
+    source: Source
+    type_const: int
+    type_name: str
+    dtype: int
+    dtype_name: str
+    device_type: int
+    device_index: int
+    device_name: str
+    requires_grad: bool
+    dispatch_keys: int
+    sizes: tuple
+    strides: tuple
+
+    def __str__(self) -> str:
+        def dims(xs):
+            return "(" + ", ".join("?" if x is None else str(x) for x in xs) + ")"
+
+        return (f"tensor_match {self.source}: {self.type_name} {self.dtype_name} "
+                f"{self.device_name} size={dims(self.sizes)} stride={dims(self.strides)} "
+                f"requires_grad={self.requires_grad} keys=0x{self.dispatch_keys:x}")
+
+
+@dataclass(frozen=True)
+class TypeMatch:
+    source: Source
+    type_const: int
+    type_name: str
+
+    def __str__(self) -> str:
+        return f"type_match {self.source}: {self.type_name}"
+
+
+@dataclass(frozen=True)
+class IdMatch:
+    """`source is K[const]` (the constant pool keeps the object alive, so its
+    identity cannot be reused by another object)."""
+
+    source: Source
+    const: int
+    desc: str
+
+    def __str__(self) -> str:
+        return f"id_match {self.source} is {self.desc}"
+
+
+@dataclass(frozen=True)
+class EqualsMatch:
+    """Exact type and equal value (ints, floats, bools, str, dtype, device, ...)."""
+
+    source: Source
+    type_const: int
+    const: int
+    desc: str
+
+    def __str__(self) -> str:
+        return f"equals_match {self.source} == {self.desc}"
+
+
+@dataclass(frozen=True)
+class LengthMatch:
+    source: Source
+    type_const: int
+    type_name: str
+    length: int
+
+    def __str__(self) -> str:
+        return f"length_match len({self.source}) == {self.length} ({self.type_name})"
+
+
+@dataclass(frozen=True)
+class DictKeysMatch:
+    source: Source
+    const: int  # tuple of keys, in order
+    desc: str
+
+    def __str__(self) -> str:
+        return f"dict_keys_match {self.source}.keys() == {self.desc}"
+
+
+@dataclass(frozen=True)
+class NotInDict:
+    """`name not in source.__dict__` (NOT_PRESENT_IN_GENERIC_DICT)."""
+
+    source: Source
+    name: str
+
+    def __str__(self) -> str:
+        return f"not_in_dict {self.name!r} not in {self.source}.__dict__"
+
+
+@dataclass(frozen=True)
+class SameObject:
+    """DUPLICATE_INPUT: two sources are one object."""
+
+    a: Source
+    b: Source
+
+    def __str__(self) -> str:
+        return f"same_object {self.a} is {self.b}"
+
+
+@dataclass(frozen=True)
+class Distinct:
+    """No two of these tensor sources are one object (Dynamo's no-aliasing)."""
+
+    sources: tuple
+
+    def __str__(self) -> str:
+        return "distinct " + ", ".join(map(str, self.sources))
+
+
+@dataclass(frozen=True)
+class GlobalState:
+    """Grad mode, autocast, determinism, torch-function and dispatch TLS, ...:
+    the runtime's snapshot compared word by word."""
+
+    words: tuple
+    covers: tuple  # Dynamo guard kinds this op stands for
+
+    def __str__(self) -> str:
+        return "global_state == capture-time snapshot (" + ", ".join(self.covers) + ")"
+
+
+@dataclass(frozen=True)
+class ShapeGuard:
+    expr: SymExpr
+    text: str  # Dynamo's own rendering, for humans
+
+    def __str__(self) -> str:
+        return f"shape {self.expr}    # {self.text}"
+
+
+Guard = Union[TensorMatch, TypeMatch, IdMatch, EqualsMatch, LengthMatch, DictKeysMatch,
+              NotInDict, SameObject, Distinct, GlobalState, ShapeGuard]
+
+# ----------------------------------------------------------------- program
+
+
+@dataclass(frozen=True)
+class Slot:
+    index: int
+
+    def __str__(self) -> str:
+        return f"%{self.index}"
+
+
+@dataclass(frozen=True)
+class ConstArg:
+    """An operator argument fixed at capture: kind is none/int/double/bool/str/device."""
+
+    kind: str
+    value: object
+
+    def __str__(self) -> str:
+        return "None" if self.kind == "none" else repr(self.value)
+
+
+@dataclass(frozen=True)
+class ListArg:
+    """A list argument; each item is a Slot, an int/float constant, or None."""
+
+    items: tuple
+
+    def __str__(self) -> str:
+        return "[" + ", ".join("None" if i is None else str(i) for i in self.items) + "]"
+
+
+Arg = Union[Slot, ConstArg, ListArg]
+
+
+@dataclass(frozen=True)
+class LoadTensor:
+    slot: int
+    source: Source
+
+    def __str__(self) -> str:
+        return f"%{self.slot} = tensor {self.source}"
+
+
+@dataclass(frozen=True)
+class LoadScalar:
+    """A Python int/float argument Dynamo left unspecialized."""
+
+    slot: int
+    source: Source
+    kind: str  # int | float
+
+    def __str__(self) -> str:
+        return f"%{self.slot} = {self.kind} {self.source}"
+
+
+@dataclass(frozen=True)
+class SymDef:
+    """A C integer computed from sizes: `var = expr`; mirrored in slot."""
+
+    var: str
+    expr: SymExpr
+    slot: int
+
+    def __str__(self) -> str:
+        return f"%{self.slot} = {self.var} = {self.expr}"
+
+
+@dataclass(frozen=True)
+class SymFromSlot:
+    """An integer an operator returned, read back into C."""
+
+    var: str
+    slot: int
+
+    def __str__(self) -> str:
+        return f"{self.var} = int(%{self.slot})"
+
+
+@dataclass(frozen=True)
+class Call:
+    op: str        # aten::add
+    overload: str  # Tensor
+    args: tuple
+    outs: tuple
+
+    def __str__(self) -> str:
+        outs = ", ".join(f"%{o}" for o in self.outs) or "_"
+        return f"{outs} = {self.op}.{self.overload}({', '.join(map(str, self.args))})"
+
+
+@dataclass(frozen=True)
+class ListItem:
+    dst: int
+    src: int
+    index: int
+
+    def __str__(self) -> str:
+        return f"%{self.dst} = %{self.src}[{self.index}]"
+
+
+Instr = Union[LoadTensor, LoadScalar, SymDef, SymFromSlot, Call, ListItem]
+
+# ------------------------------------------------------------------ output
+
+
+@dataclass(frozen=True)
+class OutSlot:
+    slot: int
+
+    def __str__(self) -> str:
+        return f"%{self.slot}"
+
+
+@dataclass(frozen=True)
+class OutSym:
+    var: str
+
+    def __str__(self) -> str:
+        return self.var
+
+
+@dataclass(frozen=True)
+class OutConst:
+    const: int
+    desc: str
+
+    def __str__(self) -> str:
+        return self.desc
+
+
+@dataclass(frozen=True)
+class OutSource:
+    """An input object returned as itself."""
+
+    source: Source
+
+    def __str__(self) -> str:
+        return str(self.source)
+
+
+@dataclass(frozen=True)
+class OutSeq:
+    kind: str  # tuple | list
+    items: tuple
+
+    def __str__(self) -> str:
+        inner = ", ".join(map(str, self.items))
+        return f"({inner},)" if self.kind == "tuple" else f"[{inner}]"
+
+
+@dataclass(frozen=True)
+class OutDict:
+    keys: tuple   # constant indices of the keys
+    key_descs: tuple
+    values: tuple
+
+    def __str__(self) -> str:
+        return "{" + ", ".join(f"{k}: {v}" for k, v in zip(self.key_descs, self.values)) + "}"
+
+
+Out = Union[OutSlot, OutSym, OutConst, OutSource, OutSeq, OutDict]
+
+
+@dataclass(frozen=True)
+class Version:
+    """One specialization: guards, then the host program and its result."""
+
+    index: int
+    guards: tuple
+    program: tuple
+    output: Out
+    nslots: int
+    consts: tuple = field(compare=False)
+    reason: str = ""  # why it was captured (the guard that missed)

@@ -1,0 +1,137 @@
+/*
+ * scm_prelude.h -- small helpers every generated SCM includes.
+ *
+ * Source loads return NEW references or NULL (with no Python error left
+ * set): a load that fails is a failed guard, i.e. a specialization miss,
+ * never an exception.  Integer helpers follow Python's semantics.
+ */
+#ifndef TRIDENT_SCM_PRELUDE_H
+#define TRIDENT_SCM_PRELUDE_H
+
+#include "trident_rt.h"
+
+#define TRT_EXPORT __attribute__((visibility("default")))
+
+/* globals[name], falling back to builtins[name]. */
+static inline PyObject *trt_load_global(PyObject *globals, PyObject *builtins, PyObject *name) {
+  PyObject *v = PyDict_GetItemWithError(globals, name);
+  if (!v) {
+    if (PyErr_Occurred()) { PyErr_Clear(); return NULL; }
+    v = PyDict_GetItemWithError(builtins, name);
+    if (!v) { PyErr_Clear(); return NULL; }
+  }
+  Py_INCREF(v);
+  return v;
+}
+
+static inline PyObject *trt_getattr(PyObject *o, PyObject *name) {
+  if (!o) return NULL;
+  PyObject *v = PyObject_GetAttr(o, name);
+  if (!v) PyErr_Clear();
+  return v;
+}
+
+static inline PyObject *trt_getitem_int(PyObject *o, Py_ssize_t i) {
+  if (!o) return NULL;
+  PyObject *v;
+  if (PyTuple_CheckExact(o)) {
+    if (i < 0 || i >= PyTuple_GET_SIZE(o)) return NULL;
+    v = PyTuple_GET_ITEM(o, i);
+    Py_INCREF(v);
+    return v;
+  }
+  if (PyList_CheckExact(o)) {
+    if (i < 0 || i >= PyList_GET_SIZE(o)) return NULL;
+    v = PyList_GET_ITEM(o, i);
+    Py_INCREF(v);
+    return v;
+  }
+  PyObject *k = PyLong_FromSsize_t(i);
+  if (!k) { PyErr_Clear(); return NULL; }
+  v = PyObject_GetItem(o, k);
+  Py_DECREF(k);
+  if (!v) PyErr_Clear();
+  return v;
+}
+
+static inline PyObject *trt_getitem_obj(PyObject *o, PyObject *key) {
+  if (!o) return NULL;
+  PyObject *v;
+  if (PyDict_CheckExact(o)) {
+    v = PyDict_GetItemWithError(o, key);
+    if (!v) { PyErr_Clear(); return NULL; }
+    Py_INCREF(v);
+    return v;
+  }
+  v = PyObject_GetItem(o, key);
+  if (!v) PyErr_Clear();
+  return v;
+}
+
+/* Exact type and equal value; never leaves an exception set. */
+static inline int trt_equals(PyObject *o, PyObject *type, PyObject *value) {
+  if (!o || (PyObject *)Py_TYPE(o) != type) return 0;
+  if (o == value) return 1;
+  if (PyFloat_CheckExact(o)) return PyFloat_AS_DOUBLE(o) == PyFloat_AS_DOUBLE(value);
+  int r = PyObject_RichCompareBool(o, value, Py_EQ);
+  if (r < 0) { PyErr_Clear(); return 0; }
+  return r;
+}
+
+static inline int trt_len_is(PyObject *o, PyObject *type, Py_ssize_t n) {
+  if (!o || (PyObject *)Py_TYPE(o) != type) return 0;
+  Py_ssize_t k = PyObject_Length(o);
+  if (k < 0) { PyErr_Clear(); return 0; }
+  return k == n;
+}
+
+/* dict keys equal `keys` (a tuple), in order. */
+static inline int trt_dict_keys(PyObject *o, PyObject *keys) {
+  if (!o || !PyDict_Check(o) || PyDict_GET_SIZE(o) != PyTuple_GET_SIZE(keys)) return 0;
+  Py_ssize_t pos = 0, i = 0;
+  PyObject *k, *v;
+  while (PyDict_Next(o, &pos, &k, &v)) {
+    int r = PyObject_RichCompareBool(k, PyTuple_GET_ITEM(keys, i++), Py_EQ);
+    if (r != 1) { if (r < 0) PyErr_Clear(); return 0; }
+  }
+  return 1;
+}
+
+static inline int trt_not_in_dict(PyObject *o, PyObject *name) {
+  if (!o) return 0;
+  PyObject *d = PyObject_GenericGetDict(o, NULL);
+  if (!d) { PyErr_Clear(); return 0; }
+  int r = PyDict_Contains(d, name);
+  Py_DECREF(d);
+  if (r < 0) { PyErr_Clear(); return 0; }
+  return r == 0;
+}
+
+/* An exact Python int as int64; *ok = 0 if it is not one or overflows. */
+static inline int64_t trt_pyint(PyObject *o, int *ok) {
+  if (!o || !PyLong_CheckExact(o)) { *ok = 0; return 0; }
+  int overflow = 0;
+  long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+  if (overflow || (v == -1 && PyErr_Occurred())) { PyErr_Clear(); *ok = 0; return 0; }
+  return (int64_t)v;
+}
+
+static inline int64_t trt_floordiv(int64_t a, int64_t b, int *ok) {
+  if (b == 0) { *ok = 0; return 0; }
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;
+  return q;
+}
+
+static inline int64_t trt_mod(int64_t a, int64_t b, int *ok) {
+  if (b == 0) { *ok = 0; return 0; }
+  int64_t r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+
+static inline int64_t trt_max(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t trt_min(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t trt_abs(int64_t a) { return a < 0 ? -a : a; }
+
+#endif /* TRIDENT_SCM_PRELUDE_H */

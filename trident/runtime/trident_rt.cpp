@@ -1,0 +1,868 @@
+// trident_rt.cpp -- Trident's native runtime, built once per torch version.
+//
+// It provides:
+//   * the api table of trident_rt.h (tensor guards, the global-state guard,
+//     frames of IValues, ATen operator calls through the boxed dispatcher);
+//   * `Module`: a loaded SCM shared object (dlopen + trident_scm_init);
+//   * `Function`: the object users call.  Its vectorcall binds arguments
+//     natively and enters the installed SCM; only a miss (or arguments it
+//     cannot bind) goes back to the Python miss handler.
+//
+// Errors raised by operators are translated to the Python exception eager
+// PyTorch raises (torch's HANDLE_TH_ERRORS), never thrown across the C ABI.
+
+#include <Python.h>
+#include <dlfcn.h>
+
+#include <ATen/Parallel.h>
+#include <ATen/ScalarOps.h>
+#include <ATen/PythonTorchFunctionTLS.h>
+#include <ATen/SavedTensorHooks.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/grad_mode.h>
+#include <c10/core/DefaultDtype.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
+#include <c10/core/InferenceMode.h>
+#include <torch/csrc/Device.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/Layout.h>
+#include <torch/csrc/MemoryFormat.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trident_rt.h"
+
+namespace {
+
+// ---------------------------------------------------------------- guards ----
+
+int tensor_match(PyObject* obj, const trt_tensor_spec* s, int64_t* meta) {
+  if (Py_TYPE(obj) != s->type) return 0;
+  const at::Tensor& t = THPVariable_Unpack(obj);
+  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  if (impl->key_set().raw_repr() != s->dispatch_keys) return 0;
+  if (static_cast<int32_t>(impl->dtype().toScalarType()) != s->dtype) return 0;
+  const c10::Device dev = impl->device();
+  if (static_cast<int32_t>(dev.type()) != s->device_type) return 0;
+  if (static_cast<int32_t>(dev.index()) != s->device_index) return 0;
+  if (static_cast<int32_t>(impl->requires_grad()) != s->requires_grad) return 0;
+  const int64_t nd = impl->dim();
+  if (nd != s->ndim) return 0;
+  const auto sizes = impl->sizes();
+  const auto strides = impl->strides();
+  for (int64_t i = 0; i < nd; ++i) {
+    if (s->sizes[i] != TRT_DYN && s->sizes[i] != sizes[i]) return 0;
+    if (s->strides[i] != TRT_DYN && s->strides[i] != strides[i]) return 0;
+    meta[i] = sizes[i];
+    meta[nd + i] = strides[i];
+  }
+  meta[2 * nd] = impl->storage_offset();
+  return 1;
+}
+
+void tensor_meta(PyObject* obj, int64_t* meta, int32_t nd) {
+  const at::Tensor& t = THPVariable_Unpack(obj);
+  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  const auto sizes = impl->sizes();
+  const auto strides = impl->strides();
+  for (int32_t i = 0; i < nd; ++i) {
+    meta[i] = sizes[i];
+    meta[nd + i] = strides[i];
+  }
+  meta[2 * nd] = impl->storage_offset();
+}
+
+void global_state_snapshot(trt_global_state* g) {
+  int64_t* w = g->w;
+  for (int i = 0; i < TRT_GLOBAL_STATE_WORDS; ++i) w[i] = 0;
+  w[0] = c10::GradMode::is_enabled();
+  w[1] = c10::InferenceMode::is_enabled();
+  w[2] = at::autocast::is_autocast_enabled(at::kCPU);
+  w[3] = at::autocast::is_autocast_enabled(at::kCUDA);
+  w[4] = static_cast<int64_t>(at::autocast::get_autocast_dtype(at::kCPU));
+  w[5] = static_cast<int64_t>(at::autocast::get_autocast_dtype(at::kCUDA));
+  auto& ctx = at::globalContext();
+  w[6] = ctx.deterministicAlgorithms();
+  w[7] = ctx.deterministicAlgorithmsWarnOnly();
+  w[8] = static_cast<int64_t>(ctx.allowFP16ReductionCuBLAS());
+  w[9] = static_cast<int64_t>(ctx.allowBF16ReductionCuBLAS());
+  w[10] = at::get_num_threads();
+  w[11] = static_cast<int64_t>(c10::get_default_dtype_as_scalartype());
+  w[12] = static_cast<int64_t>(at::impl::PythonTorchFunctionTLS::get_disabled_state());
+  w[13] = at::impl::PythonTorchFunctionTLS::stack_len();
+  const auto& hooks = at::SavedTensorDefaultHooks::get_tls_state();
+  w[14] = static_cast<int64_t>(hooks.stack.size());
+  w[15] = hooks.disabled_error_message.has_value();
+  const auto local = c10::impl::tls_local_dispatch_key_set();
+  w[16] = static_cast<int64_t>(local.included_.raw_repr());
+  w[17] = static_cast<int64_t>(local.excluded_.raw_repr());
+  w[18] = c10::impl::TorchDispatchModeTLS::stack_len();
+  w[19] = at::autocast::is_autocast_enabled(at::kXPU);
+  w[20] = at::autocast::is_autocast_cache_enabled();
+}
+
+int global_state_match(const trt_global_state* captured) {
+  trt_global_state now;
+  global_state_snapshot(&now);
+  for (int i = 0; i < TRT_GLOBAL_STATE_WORDS; ++i)
+    if (now.w[i] != captured->w[i]) return 0;
+  return 1;
+}
+
+// ---------------------------------------------------------------- frames ----
+
+}  // namespace
+
+struct trt_frame {
+  std::vector<c10::IValue> slots;
+};
+
+namespace {
+
+thread_local std::vector<std::unique_ptr<trt_frame>> free_frames;
+
+trt_frame* frame_acquire(int32_t n) {
+  trt_frame* f;
+  if (!free_frames.empty()) {
+    f = free_frames.back().release();
+    free_frames.pop_back();
+  } else {
+    f = new trt_frame();
+  }
+  f->slots.resize(static_cast<size_t>(n));
+  return f;
+}
+
+void frame_release(trt_frame* f) {
+  f->slots.clear();  // drops tensor references; keeps capacity
+  free_frames.emplace_back(f);
+}
+
+void frame_set_tensor(trt_frame* f, int32_t slot, PyObject* t) {
+  f->slots[slot] = c10::IValue(THPVariable_Unpack(t));
+}
+void frame_set_int(trt_frame* f, int32_t slot, int64_t v) { f->slots[slot] = c10::IValue(v); }
+void frame_set_double(trt_frame* f, int32_t slot, double v) { f->slots[slot] = c10::IValue(v); }
+int64_t frame_get_int(trt_frame* f, int32_t slot) {
+  const auto& v = f->slots[slot];
+  if (v.isInt()) return v.toInt();
+  if (v.isBool()) return v.toBool();
+  if (v.isSymInt()) return v.toSymInt().guard_int(__FILE__, __LINE__);
+  return 0;
+}
+
+int frame_list_item(trt_frame* f, int32_t src, int64_t index, int32_t dst) {
+  const auto& v = f->slots[src];
+  if (v.isTensorList()) {
+    auto l = v.toTensorList();
+    if (index < 0 || index >= static_cast<int64_t>(l.size())) goto bad;
+    f->slots[dst] = c10::IValue(l.get(index));
+    return TRT_OK;
+  }
+  if (v.isList()) {
+    auto l = v.toList();
+    if (index < 0 || index >= static_cast<int64_t>(l.size())) goto bad;
+    f->slots[dst] = l.get(index);
+    return TRT_OK;
+  }
+  if (v.isTuple()) {
+    const auto& e = v.toTupleRef().elements();
+    if (index < 0 || index >= static_cast<int64_t>(e.size())) goto bad;
+    f->slots[dst] = e[index];
+    return TRT_OK;
+  }
+bad:
+  PyErr_Format(PyExc_IndexError, "trident: element %lld of slot %d is out of range",
+               static_cast<long long>(index), src);
+  return TRT_FAIL;
+}
+
+PyObject* ivalue_to_py(const c10::IValue& v) {
+  if (v.isTensor()) return THPVariable_Wrap(v.toTensor());
+  if (v.isInt()) return PyLong_FromLongLong(v.toInt());
+  if (v.isDouble()) return PyFloat_FromDouble(v.toDouble());
+  if (v.isBool()) return PyBool_FromLong(v.toBool());
+  if (v.isNone()) Py_RETURN_NONE;
+  if (v.isList() || v.isTuple()) {
+    std::vector<c10::IValue> items;
+    if (v.isList()) {
+      for (const auto& e : v.toListRef()) items.push_back(e);
+    } else {
+      for (const auto& e : v.toTupleRef().elements()) items.push_back(e);
+    }
+    PyObject* out = v.isList() ? PyList_New(items.size()) : PyTuple_New(items.size());
+    if (!out) return nullptr;
+    for (size_t i = 0; i < items.size(); ++i) {
+      PyObject* e = ivalue_to_py(items[i]);
+      if (!e) {
+        Py_DECREF(out);
+        return nullptr;
+      }
+      if (v.isList())
+        PyList_SET_ITEM(out, i, e);
+      else
+        PyTuple_SET_ITEM(out, i, e);
+    }
+    return out;
+  }
+  PyErr_Format(PyExc_TypeError, "trident: cannot return a value of type %s to Python",
+               v.tagKind().c_str());
+  return nullptr;
+}
+
+PyObject* frame_to_py(trt_frame* f, int32_t slot) {
+  HANDLE_TH_ERRORS
+  return ivalue_to_py(f->slots[slot]);
+  END_HANDLE_TH_ERRORS
+}
+
+// ------------------------------------------------------------- operators ----
+
+enum class ElemKind { Int, Double, Bool, Tensor, OptTensor, Generic };
+
+struct ArgEnc {
+  int32_t kind;
+  int32_t slot = -1;
+  bool tensor_param = false;  // the schema wants a Tensor: wrap Python scalars
+  c10::IValue constant;
+  ElemKind elem = ElemKind::Generic;
+  std::vector<int32_t> items;
+  std::vector<int64_t> ivals;
+};
+
+}  // namespace
+
+struct trt_op {
+  c10::OperatorHandle handle;
+  std::vector<ArgEnc> args;
+  std::vector<int32_t> outs;
+  std::string name;
+  explicit trt_op(c10::OperatorHandle h) : handle(std::move(h)) {}
+};
+
+namespace {
+
+at::Tensor wrap_scalar(const c10::IValue& v) {
+  at::Tensor t = v.isDouble() ? at::scalar_to_tensor(at::Scalar(v.toDouble()))
+                 : v.isBool() ? at::scalar_to_tensor(at::Scalar(v.toBool()))
+                              : at::scalar_to_tensor(at::Scalar(v.toInt()));
+  t.unsafeGetTensorImpl()->set_wrapped_number(true);
+  return t;
+}
+
+ElemKind list_elem_kind(const c10::TypePtr& ty) {
+  c10::TypePtr t = ty;
+  if (auto o = t->cast<c10::OptionalType>()) t = o->getElementType();
+  auto lt = t->cast<c10::ListType>();
+  if (!lt) return ElemKind::Generic;
+  c10::TypePtr e = lt->getElementType();
+  if (e->kind() == c10::TypeKind::IntType || e->kind() == c10::TypeKind::SymIntType)
+    return ElemKind::Int;
+  if (e->kind() == c10::TypeKind::FloatType) return ElemKind::Double;
+  if (e->kind() == c10::TypeKind::BoolType) return ElemKind::Bool;
+  if (e->kind() == c10::TypeKind::TensorType) return ElemKind::Tensor;
+  if (auto oe = e->cast<c10::OptionalType>())
+    if (oe->getElementType()->kind() == c10::TypeKind::TensorType) return ElemKind::OptTensor;
+  return ElemKind::Generic;
+}
+
+trt_op* op_new(const char* name, const char* overload, int32_t nargs, const trt_arg* args,
+               int32_t nouts, const int32_t* outs) {
+  HANDLE_TH_ERRORS
+  auto h = c10::Dispatcher::singleton().findSchema({name, overload});
+  if (!h.has_value()) {
+    PyErr_Format(PyExc_RuntimeError, "trident: operator %s.%s is not registered", name,
+                 overload);
+    return nullptr;
+  }
+  const auto& schema = h->schema();
+  if (static_cast<size_t>(nargs) != schema.arguments().size()) {
+    PyErr_Format(PyExc_RuntimeError, "trident: %s.%s takes %d arguments, SCM passes %d", name,
+                 overload, static_cast<int>(schema.arguments().size()), nargs);
+    return nullptr;
+  }
+  auto op = std::make_unique<trt_op>(*h);
+  // A Python number where the schema wants a Tensor (`mul.Tensor(x, 2.0)`
+  // after tracing) becomes a wrapped-number tensor, as eager's binding does.
+  op->name = std::string(name) + "." + overload;
+  for (int32_t k = 0; k < nargs; ++k) {
+    const trt_arg& a = args[k];
+    ArgEnc e;
+    e.kind = a.kind;
+    switch (a.kind) {
+      case TRT_ARG_SLOT: e.slot = static_cast<int32_t>(a.i); break;
+      case TRT_ARG_NONE: e.constant = c10::IValue(); break;
+      case TRT_ARG_INT: e.constant = c10::IValue(a.i); break;
+      case TRT_ARG_DOUBLE: e.constant = c10::IValue(a.d); break;
+      case TRT_ARG_BOOL: e.constant = c10::IValue(a.i != 0); break;
+      case TRT_ARG_STR: e.constant = c10::IValue(std::string(a.s)); break;
+      case TRT_ARG_DEVICE: e.constant = c10::IValue(c10::Device(std::string(a.s))); break;
+      case TRT_ARG_LIST:
+        e.elem = list_elem_kind(schema.arguments()[k].type());
+        if (e.elem == ElemKind::Generic) {
+          PyErr_Format(PyExc_RuntimeError, "trident: unsupported list argument %d of %s", k,
+                       op->name.c_str());
+          return nullptr;
+        }
+        e.items.assign(a.items, a.items + a.n);
+        e.ivals.assign(a.ivals, a.ivals + a.n);
+        break;
+      default:
+        PyErr_Format(PyExc_RuntimeError, "trident: bad argument kind %d", a.kind);
+        return nullptr;
+    }
+    const auto& ty = schema.arguments()[k].type();
+    e.tensor_param = ty->kind() == c10::TypeKind::TensorType;
+    if (e.tensor_param && (e.constant.isInt() || e.constant.isDouble() || e.constant.isBool()))
+      e.constant = c10::IValue(wrap_scalar(e.constant));
+    op->args.push_back(std::move(e));
+  }
+  op->outs.assign(outs, outs + nouts);
+  return op.release();
+  END_HANDLE_TH_ERRORS_RET(nullptr)
+}
+
+void op_free(trt_op* op) { delete op; }
+
+c10::IValue build_list(const ArgEnc& e, trt_frame* f) {
+  const size_t n = e.items.size();
+  switch (e.elem) {
+    case ElemKind::Int: {
+      c10::List<int64_t> l;
+      l.reserve(n);
+      for (size_t i = 0; i < n; ++i)
+        l.push_back(e.items[i] >= 0 ? f->slots[e.items[i]].toInt() : e.ivals[i]);
+      return c10::IValue(std::move(l));
+    }
+    case ElemKind::Double: {
+      c10::List<double> l;
+      for (size_t i = 0; i < n; ++i)
+        l.push_back(e.items[i] >= 0 ? f->slots[e.items[i]].toDouble()
+                                    : static_cast<double>(e.ivals[i]));
+      return c10::IValue(std::move(l));
+    }
+    case ElemKind::Bool: {
+      c10::List<bool> l;
+      for (size_t i = 0; i < n; ++i)
+        l.push_back(e.items[i] >= 0 ? f->slots[e.items[i]].toBool() : e.ivals[i] != 0);
+      return c10::IValue(std::move(l));
+    }
+    case ElemKind::Tensor: {
+      c10::List<at::Tensor> l;
+      l.reserve(n);
+      for (size_t i = 0; i < n; ++i) l.push_back(f->slots[e.items[i]].toTensor());
+      return c10::IValue(std::move(l));
+    }
+    case ElemKind::OptTensor: {
+      c10::List<std::optional<at::Tensor>> l;
+      for (size_t i = 0; i < n; ++i) {
+        if (e.items[i] >= 0)
+          l.push_back(f->slots[e.items[i]].toTensor());
+        else
+          l.push_back(std::nullopt);
+      }
+      return c10::IValue(std::move(l));
+    }
+    default: break;
+  }
+  return c10::IValue();
+}
+
+thread_local std::vector<c10::IValue> call_stack;
+
+int op_call(trt_op* op, trt_frame* f) {
+  HANDLE_TH_ERRORS
+  std::vector<c10::IValue>& stack = call_stack;
+  stack.clear();
+  for (const ArgEnc& e : op->args) {
+    if (e.kind == TRT_ARG_SLOT) {
+      const c10::IValue& v = f->slots[e.slot];
+      if (e.tensor_param && !v.isTensor())
+        stack.push_back(c10::IValue(wrap_scalar(v)));
+      else
+        stack.push_back(v);
+    }
+    else if (e.kind == TRT_ARG_LIST)
+      stack.push_back(build_list(e, f));
+    else
+      stack.push_back(e.constant);
+  }
+  op->handle.callBoxed(&stack);
+  const size_t n = op->outs.size();
+  for (size_t i = 0; i < n && i < stack.size(); ++i) f->slots[op->outs[i]] = std::move(stack[i]);
+  stack.clear();
+  return TRT_OK;
+  END_HANDLE_TH_ERRORS_RET(TRT_FAIL)
+}
+
+const trt_api kApi = {
+    TRT_ABI_VERSION, tensor_match,   tensor_meta,    global_state_match, frame_acquire,
+    frame_release,   frame_set_tensor, frame_set_int, frame_set_double,  frame_get_int,
+    frame_list_item, frame_to_py,    op_new,         op_free,            op_call,
+    {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+// ---------------------------------------------------------------- Module ----
+
+struct TrtModule {
+  PyObject_HEAD void* handle;
+  void* state;
+  trt_scm_call_fn call;
+  trt_scm_stats_fn stats;
+  trt_scm_free_fn free_fn;
+  PyObject* consts;
+  PyObject* path;
+};
+
+void module_dealloc(PyObject* self) {
+  auto* m = reinterpret_cast<TrtModule*>(self);
+  if (m->free_fn && m->state) m->free_fn(m->state);
+  // The shared object stays mapped: code from it may still be on another
+  // thread's stack only if it holds a reference, but unmapping buys nothing.
+  Py_XDECREF(m->consts);
+  Py_XDECREF(m->path);
+  Py_TYPE(self)->tp_free(self);
+}
+
+PyObject* module_stats(PyObject* self, PyObject*) {
+  auto* m = reinterpret_cast<TrtModule*>(self);
+  int n = m->stats(m->state, nullptr, nullptr, 0);
+  std::vector<int64_t> hits(n);
+  std::vector<int32_t> failed(n);
+  m->stats(m->state, hits.data(), failed.data(), n);
+  PyObject* out = PyList_New(n);
+  if (!out) return nullptr;
+  for (int i = 0; i < n; ++i) {
+    PyObject* t = Py_BuildValue("(Li)", static_cast<long long>(hits[i]), failed[i]);
+    if (!t) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+    PyList_SET_ITEM(out, i, t);
+  }
+  return out;
+}
+
+PyMethodDef module_methods[] = {
+    {"stats", module_stats, METH_NOARGS,
+     "[(hits, index of the guard that last failed or -1)] per version"},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyTypeObject TrtModuleType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+PyObject* load_scm(PyObject*, PyObject* args) {
+  const char* path;
+  PyObject* consts;
+  if (!PyArg_ParseTuple(args, "sO!", &path, &PyTuple_Type, &consts)) return nullptr;
+  void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    PyErr_Format(PyExc_ImportError, "trident: cannot load SCM %s: %s", path, dlerror());
+    return nullptr;
+  }
+  auto init = reinterpret_cast<trt_scm_init_fn>(dlsym(h, "trident_scm_init"));
+  auto call = reinterpret_cast<trt_scm_call_fn>(dlsym(h, "trident_scm_call"));
+  auto stats = reinterpret_cast<trt_scm_stats_fn>(dlsym(h, "trident_scm_stats"));
+  auto fr = reinterpret_cast<trt_scm_free_fn>(dlsym(h, "trident_scm_free"));
+  if (!init || !call || !stats || !fr) {
+    PyErr_Format(PyExc_ImportError, "trident: %s lacks the SCM entry points", path);
+    return nullptr;
+  }
+  void* state = nullptr;
+  if (init(&kApi, consts, &state) != 0) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "trident: SCM init failed");
+    return nullptr;
+  }
+  auto* m = PyObject_New(TrtModule, &TrtModuleType);
+  if (!m) {
+    fr(state);
+    return nullptr;
+  }
+  m->handle = h;
+  m->state = state;
+  m->call = call;
+  m->stats = stats;
+  m->free_fn = fr;
+  Py_INCREF(consts);
+  m->consts = consts;
+  m->path = PyUnicode_FromString(path);
+  if (!m->path) {
+    Py_DECREF(m);
+    return nullptr;
+  }
+  return reinterpret_cast<PyObject*>(m);
+}
+
+// -------------------------------------------------------------- Function ----
+
+constexpr int kMaxLocals = 256;
+
+struct TrtFunction {
+  PyObject_HEAD vectorcallfunc vectorcall;
+  PyObject* dict;
+  PyObject* weakrefs;
+  PyObject* fn;      // the user's Python function
+  PyObject* code;    // its code object when the binder was built
+  PyObject* miss;    // Python callable: the SCM's miss handler
+  TrtModule* module; // installed SCM or nullptr
+  PyObject* names;   // tuple: parameter names (co_varnames[:nparams])
+  int argcount, posonly, kwonly, varargs, varkw, nfree, nlocals;
+};
+
+PyObject* call_miss(TrtFunction* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  return PyObject_Vectorcall(self->miss, args, PyVectorcall_NARGS(nargsf), kwnames);
+}
+
+// Binds like CPython's own frame setup.  0 on success (owned[] then holds the
+// new *args tuple / **kwargs dict), -1 on anything unusual: the caller then
+// takes the Python path, which reproduces eager's TypeError exactly.
+int bind(TrtFunction* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames,
+         PyObject** L, PyObject** owned) {
+  const int ac = self->argcount, kw = self->kwonly;
+  const int np = ac + kw;
+  for (int i = 0; i < self->nlocals; ++i) L[i] = nullptr;
+  Py_ssize_t npos = nargs < ac ? nargs : ac;
+  for (Py_ssize_t i = 0; i < npos; ++i) L[i] = args[i];
+  int idx = np;
+  if (self->varargs) {
+    PyObject* t = PyTuple_New(nargs > ac ? nargs - ac : 0);
+    if (!t) return -1;
+    for (Py_ssize_t i = ac; i < nargs; ++i) {
+      Py_INCREF(args[i]);
+      PyTuple_SET_ITEM(t, i - ac, args[i]);
+    }
+    owned[0] = t;
+    L[idx++] = t;
+  } else if (nargs > ac) {
+    return -1;
+  }
+  PyObject* kwdict = nullptr;
+  if (self->varkw) {
+    kwdict = PyDict_New();
+    if (!kwdict) return -1;
+    owned[1] = kwdict;
+    L[idx++] = kwdict;
+  }
+  if (kwnames) {
+    Py_ssize_t nk = PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t k = 0; k < nk; ++k) {
+      PyObject* key = PyTuple_GET_ITEM(kwnames, k);
+      PyObject* val = args[nargs + k];
+      int found = -1;
+      for (int p = self->posonly; p < np; ++p)
+        if (PyTuple_GET_ITEM(self->names, p) == key) { found = p; break; }
+      if (found < 0)
+        for (int p = self->posonly; p < np; ++p) {
+          int eq = PyUnicode_Compare(PyTuple_GET_ITEM(self->names, p), key) == 0;
+          if (eq) { found = p; break; }
+        }
+      if (found >= 0) {
+        if (L[found]) return -1;  // multiple values for one argument
+        L[found] = val;
+      } else if (kwdict) {
+        if (PyDict_SetItem(kwdict, key, val) < 0) return -1;
+      } else {
+        return -1;
+      }
+    }
+  }
+  auto* fo = reinterpret_cast<PyFunctionObject*>(self->fn);
+  PyObject* defaults = fo->func_defaults;
+  Py_ssize_t nd = defaults ? PyTuple_GET_SIZE(defaults) : 0;
+  for (int i = 0; i < ac; ++i) {
+    if (L[i]) continue;
+    Py_ssize_t di = i - (ac - nd);
+    if (di < 0) return -1;
+    L[i] = PyTuple_GET_ITEM(defaults, di);
+  }
+  for (int i = ac; i < np; ++i) {
+    if (L[i]) continue;
+    if (!fo->func_kwdefaults) return -1;
+    PyObject* d = PyDict_GetItemWithError(fo->func_kwdefaults, PyTuple_GET_ITEM(self->names, i));
+    if (!d) {
+      PyErr_Clear();
+      return -1;
+    }
+    L[i] = d;
+  }
+  if (self->nfree) {
+    PyObject* closure = fo->func_closure;
+    if (!closure || PyTuple_GET_SIZE(closure) != self->nfree) return -1;
+    for (int i = 0; i < self->nfree; ++i) {
+      PyObject* v = PyCell_GET(PyTuple_GET_ITEM(closure, i));
+      if (!v) return -1;
+      L[idx++] = v;
+    }
+  }
+  return 0;
+}
+
+PyObject* function_vectorcall(PyObject* self_, PyObject* const* args, size_t nargsf,
+                              PyObject* kwnames) {
+  auto* self = reinterpret_cast<TrtFunction*>(self_);
+  TrtModule* m = self->module;
+  if (!m || reinterpret_cast<PyFunctionObject*>(self->fn)->func_code != self->code)
+    return call_miss(self, args, nargsf, kwnames);
+  PyObject* L[kMaxLocals];
+  PyObject* owned[2] = {nullptr, nullptr};
+  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  if (bind(self, args, nargs, kwnames, L, owned) != 0) {
+    Py_XDECREF(owned[0]);
+    Py_XDECREF(owned[1]);
+    if (PyErr_Occurred()) return nullptr;
+    return call_miss(self, args, nargsf, kwnames);
+  }
+  Py_INCREF(m);  // a concurrent install may replace self->module
+  int status = TRT_MISS;
+  PyObject* r = m->call(m->state, L, &status);
+  Py_DECREF(m);
+  Py_XDECREF(owned[0]);
+  Py_XDECREF(owned[1]);
+  if (status == TRT_MISS) {
+    Py_XDECREF(r);
+    return call_miss(self, args, nargsf, kwnames);
+  }
+  return r;  // hit: the result; error: NULL with the exception set
+}
+
+int function_init_binder(TrtFunction* self) {
+  PyObject* code = PyFunction_GetCode(self->fn);
+  if (!code || !PyCode_Check(code)) {
+    PyErr_SetString(PyExc_TypeError, "trident.jit needs a Python function");
+    return -1;
+  }
+  auto* co = reinterpret_cast<PyCodeObject*>(code);
+  self->argcount = co->co_argcount;
+  self->posonly = co->co_posonlyargcount;
+  self->kwonly = co->co_kwonlyargcount;
+  self->varargs = (co->co_flags & CO_VARARGS) != 0;
+  self->varkw = (co->co_flags & CO_VARKEYWORDS) != 0;
+  PyObject* varnames = PyCode_GetVarnames(co);
+  if (!varnames) return -1;
+  const int np = self->argcount + self->kwonly;
+  PyObject* names = PyTuple_GetSlice(varnames, 0, np);
+  Py_DECREF(varnames);
+  if (!names) return -1;
+  PyObject* freevars = PyCode_GetFreevars(co);
+  if (!freevars) {
+    Py_DECREF(names);
+    return -1;
+  }
+  self->nfree = static_cast<int>(PyTuple_GET_SIZE(freevars));
+  Py_DECREF(freevars);
+  self->nlocals = np + self->varargs + self->varkw + self->nfree;
+  Py_XSETREF(self->names, names);
+  Py_INCREF(code);
+  Py_XSETREF(self->code, code);
+  return 0;
+}
+
+int function_init(PyObject* self_, PyObject* args, PyObject*) {
+  auto* self = reinterpret_cast<TrtFunction*>(self_);
+  PyObject *fn, *miss;
+  if (!PyArg_ParseTuple(args, "O!O", &PyFunction_Type, &fn, &miss)) return -1;
+  Py_INCREF(fn);
+  Py_XSETREF(self->fn, fn);
+  Py_INCREF(miss);
+  Py_XSETREF(self->miss, miss);
+  if (function_init_binder(self) < 0) return -1;
+  if (self->nlocals > kMaxLocals) {
+    PyErr_SetString(PyExc_ValueError, "trident.jit: too many parameters");
+    return -1;
+  }
+  self->vectorcall = function_vectorcall;
+  return 0;
+}
+
+PyObject* function_new(PyTypeObject* type, PyObject*, PyObject*) {
+  auto* self = reinterpret_cast<TrtFunction*>(type->tp_alloc(type, 0));
+  return reinterpret_cast<PyObject*>(self);
+}
+
+int function_traverse(PyObject* self_, visitproc visit, void* arg) {
+  auto* self = reinterpret_cast<TrtFunction*>(self_);
+  Py_VISIT(self->dict);
+  Py_VISIT(self->fn);
+  Py_VISIT(self->miss);
+  Py_VISIT(reinterpret_cast<PyObject*>(self->module));
+  return 0;
+}
+
+int function_clear(PyObject* self_) {
+  auto* self = reinterpret_cast<TrtFunction*>(self_);
+  Py_CLEAR(self->dict);
+  Py_CLEAR(self->fn);
+  Py_CLEAR(self->miss);
+  Py_CLEAR(self->code);
+  Py_CLEAR(self->names);
+  PyObject* m = reinterpret_cast<PyObject*>(self->module);
+  self->module = nullptr;
+  Py_XDECREF(m);
+  return 0;
+}
+
+void function_dealloc(PyObject* self_) {
+  auto* self = reinterpret_cast<TrtFunction*>(self_);
+  PyObject_GC_UnTrack(self_);
+  if (self->weakrefs) PyObject_ClearWeakRefs(self_);
+  function_clear(self_);
+  Py_TYPE(self_)->tp_free(self_);
+}
+
+PyObject* function_install(PyObject* self_, PyObject* arg) {
+  auto* self = reinterpret_cast<TrtFunction*>(self_);
+  if (arg != Py_None && Py_TYPE(arg) != &TrtModuleType) {
+    PyErr_SetString(PyExc_TypeError, "install expects a trident Module or None");
+    return nullptr;
+  }
+  // Refresh the binder in case the function's code object was replaced.
+  if (reinterpret_cast<PyFunctionObject*>(self->fn)->func_code != self->code &&
+      function_init_binder(self) < 0)
+    return nullptr;
+  PyObject* old = reinterpret_cast<PyObject*>(self->module);
+  if (arg == Py_None) {
+    self->module = nullptr;
+  } else {
+    Py_INCREF(arg);
+    self->module = reinterpret_cast<TrtModule*>(arg);
+  }
+  Py_XDECREF(old);  // a call in flight holds its own reference
+  Py_RETURN_NONE;
+}
+
+PyObject* function_module(PyObject* self_, void*) {
+  auto* self = reinterpret_cast<TrtFunction*>(self_);
+  if (!self->module) Py_RETURN_NONE;
+  Py_INCREF(self->module);
+  return reinterpret_cast<PyObject*>(self->module);
+}
+
+PyObject* function_get_fn(PyObject* self_, void*) {
+  auto* self = reinterpret_cast<TrtFunction*>(self_);
+  Py_INCREF(self->fn);
+  return self->fn;
+}
+
+PyObject* function_descr_get(PyObject* self, PyObject* obj, PyObject*) {
+  if (obj == nullptr || obj == Py_None) {
+    Py_INCREF(self);
+    return self;
+  }
+  return PyMethod_New(self, obj);
+}
+
+PyMethodDef function_methods[] = {
+    {"_install", function_install, METH_O, "install an SCM Module (or None)"},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyGetSetDef function_getset[] = {
+    {"_module", function_module, nullptr, "the installed SCM Module", nullptr},
+    {"_fn", function_get_fn, nullptr, "the wrapped Python function", nullptr},
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, nullptr, nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+PyTypeObject TrtFunctionType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+// ----------------------------------------------------------- module init ----
+
+PyObject* py_global_state(PyObject*, PyObject*) {
+  trt_global_state g;
+  global_state_snapshot(&g);
+  return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(&g), sizeof(g));
+}
+
+PyObject* py_dispatch_keys(PyObject*, PyObject* t) {
+  if (!THPVariable_Check(t)) {
+    PyErr_SetString(PyExc_TypeError, "expected a tensor");
+    return nullptr;
+  }
+  return PyLong_FromUnsignedLongLong(
+      THPVariable_Unpack(t).unsafeGetTensorImpl()->key_set().raw_repr());
+}
+
+// The C++ enum value behind a torch.dtype / layout / memory_format, or the
+// device type of a torch.device: what the IR stores and the runtime compares.
+PyObject* py_enum_code(PyObject*, PyObject* o) {
+  if (THPDtype_Check(o))
+    return PyLong_FromLong(static_cast<long>(reinterpret_cast<THPDtype*>(o)->scalar_type));
+  if (THPLayout_Check(o))
+    return PyLong_FromLong(static_cast<long>(reinterpret_cast<THPLayout*>(o)->layout));
+  if (THPMemoryFormat_Check(o))
+    return PyLong_FromLong(
+        static_cast<long>(reinterpret_cast<THPMemoryFormat*>(o)->memory_format));
+  if (THPDevice_Check(o))
+    return PyLong_FromLong(static_cast<long>(reinterpret_cast<THPDevice*>(o)->device.type()));
+  PyErr_SetString(PyExc_TypeError, "expected a torch.dtype, layout, memory_format or device");
+  return nullptr;
+}
+
+PyObject* py_api_address(PyObject*, PyObject*) {
+  return PyLong_FromVoidPtr(const_cast<trt_api*>(&kApi));
+}
+
+PyMethodDef rt_methods[] = {
+    {"load_scm", load_scm, METH_VARARGS, "load_scm(path, consts) -> Module"},
+    {"global_state", py_global_state, METH_NOARGS, "snapshot of the global-state guard"},
+    {"dispatch_keys", py_dispatch_keys, METH_O, "DispatchKeySet raw repr of a tensor"},
+    {"enum_code", py_enum_code, METH_O, "C++ enum value of a dtype/layout/memory_format/device"},
+    {"api_address", py_api_address, METH_NOARGS, "address of the trt_api table"},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyModuleDef rt_module = {PyModuleDef_HEAD_INIT, "_trident_rt", "Trident native runtime", -1,
+                         rt_methods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__trident_rt() {
+  TrtModuleType.tp_name = "trident.Module";
+  TrtModuleType.tp_basicsize = sizeof(TrtModule);
+  TrtModuleType.tp_flags = Py_TPFLAGS_DEFAULT;
+  TrtModuleType.tp_dealloc = module_dealloc;
+  TrtModuleType.tp_methods = module_methods;
+  TrtModuleType.tp_doc = "A loaded Specialization Cache Module";
+  if (PyType_Ready(&TrtModuleType) < 0) return nullptr;
+
+  TrtFunctionType.tp_name = "trident.Function";
+  TrtFunctionType.tp_basicsize = sizeof(TrtFunction);
+  TrtFunctionType.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC |
+                             Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR;
+  TrtFunctionType.tp_new = function_new;
+  TrtFunctionType.tp_init = function_init;
+  TrtFunctionType.tp_dealloc = function_dealloc;
+  TrtFunctionType.tp_traverse = function_traverse;
+  TrtFunctionType.tp_clear = function_clear;
+  TrtFunctionType.tp_call = PyVectorcall_Call;
+  TrtFunctionType.tp_vectorcall_offset = offsetof(TrtFunction, vectorcall);
+  TrtFunctionType.tp_dictoffset = offsetof(TrtFunction, dict);
+  TrtFunctionType.tp_weaklistoffset = offsetof(TrtFunction, weakrefs);
+  TrtFunctionType.tp_descr_get = function_descr_get;
+  TrtFunctionType.tp_methods = function_methods;
+  TrtFunctionType.tp_getset = function_getset;
+  TrtFunctionType.tp_doc = "A function compiled by trident.jit";
+  if (PyType_Ready(&TrtFunctionType) < 0) return nullptr;
+
+  PyObject* m = PyModule_Create(&rt_module);
+  if (!m) return nullptr;
+  Py_INCREF(&TrtFunctionType);
+  if (PyModule_AddObject(m, "Function", reinterpret_cast<PyObject*>(&TrtFunctionType)) < 0) {
+    Py_DECREF(&TrtFunctionType);
+    Py_DECREF(m);
+    return nullptr;
+  }
+  Py_INCREF(&TrtModuleType);
+  if (PyModule_AddObject(m, "Module", reinterpret_cast<PyObject*>(&TrtModuleType)) < 0) {
+    Py_DECREF(&TrtModuleType);
+    Py_DECREF(m);
+    return nullptr;
+  }
+  if (PyModule_AddIntConstant(m, "ABI_VERSION", TRT_ABI_VERSION) < 0 ||
+      PyModule_AddIntConstant(m, "GLOBAL_STATE_WORDS", TRT_GLOBAL_STATE_WORDS) < 0) {
+    Py_DECREF(m);
+    return nullptr;
+  }
+  return m;
+}

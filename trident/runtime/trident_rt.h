@@ -1,0 +1,171 @@
+/*
+ * trident_rt.h -- the C ABI between a generated Specialization Cache Module
+ * (SCM) and Trident's runtime.
+ *
+ * Why this split: the runtime (trident_rt.cpp) includes torch's C++ headers
+ * and takes 15-30 s to compile, so it is built once per torch version and
+ * cached.  Each SCM is plain C generated per function (guards, symbolic-size
+ * arithmetic, the order of ATen calls and Triton launches); it includes only
+ * this header and Python.h, so it compiles in a fraction of a second on every
+ * specialization miss.
+ *
+ * The SCM never links against the runtime.  The runtime hands it a table of
+ * function pointers (trt_api) at load time; all calls from generated code go
+ * through that table.  Every entry that can fail returns a status
+ * (TRT_OK / TRT_ERROR) and, on TRT_ERROR, has set a Python exception: the
+ * same exception eager PyTorch raises for that operator.  No entry ever
+ * throws across this boundary.
+ */
+#ifndef TRIDENT_RT_H
+#define TRIDENT_RT_H
+
+#include <Python.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped whenever a struct or the api table below changes shape. */
+#define TRT_ABI_VERSION 1
+
+/* Status codes returned by an SCM entry through its `status` argument. */
+enum {
+  TRT_HIT = 0,   /* a version's guards passed and it ran; the result is returned */
+  TRT_MISS = 1,  /* no version's guards passed: go back to Python and capture */
+  TRT_ERROR = 2  /* a version ran and raised: a Python exception is set */
+};
+/* Status codes of api entries. */
+enum { TRT_OK = 0, TRT_FAIL = -1 };
+
+/* "This dimension is symbolic": a size or stride not checked by tensor_match. */
+#define TRT_DYN INT64_MIN
+
+/*
+ * A TENSOR_MATCH guard: everything Dynamo's TensorCheck compares.
+ * sizes/strides hold `ndim` entries each; TRT_DYN marks a symbolic entry
+ * (its relations are checked by shape guards in the generated code).
+ */
+typedef struct trt_tensor_spec {
+  PyTypeObject *type;       /* exact Python type (torch.Tensor, nn.Parameter) */
+  int32_t dtype;            /* c10::ScalarType */
+  int32_t device_type;      /* c10::DeviceType */
+  int32_t device_index;     /* -1 for CPU */
+  int32_t requires_grad;
+  uint64_t dispatch_keys;   /* DispatchKeySet::raw_repr() of the tensor */
+  int32_t ndim;
+  const int64_t *sizes;
+  const int64_t *strides;
+} trt_tensor_spec;
+
+/*
+ * Snapshot of the process- and thread-global state a captured version
+ * depends on (Dynamo's GLOBAL_STATE, GRAD_MODE, DETERMINISTIC_ALGORITHMS,
+ * TORCH_FUNCTION_STATE and AUTOGRAD_SAVED_TENSORS_HOOKS guards, plus the
+ * thread-local dispatch-key include/exclude sets TensorCheck applies).
+ * Compared field by field; the layout is private to the runtime, so it is
+ * an opaque array of int64.
+ */
+#define TRT_GLOBAL_STATE_WORDS 24
+typedef struct trt_global_state {
+  int64_t w[TRT_GLOBAL_STATE_WORDS];
+} trt_global_state;
+
+/* A frame holds the IValues of one version's run (tensors, ints, lists). */
+typedef struct trt_frame trt_frame;
+/* A prepared call of one ATen operator through the PyTorch dispatcher. */
+typedef struct trt_op trt_op;
+
+/* How an operator argument is encoded in trt_op_new. */
+enum {
+  TRT_ARG_SLOT = 0,   /* the value in frame slot `i` */
+  TRT_ARG_NONE = 1,
+  TRT_ARG_INT = 2,    /* i (also bool, dtype, layout, memory_format) */
+  TRT_ARG_DOUBLE = 3, /* d */
+  TRT_ARG_BOOL = 4,   /* i != 0 */
+  TRT_ARG_STR = 5,    /* s */
+  TRT_ARG_DEVICE = 6, /* s, e.g. "cuda:0" */
+  TRT_ARG_LIST = 7    /* n elements: items[k] >= 0 is a slot, TRT_ITEM_CONST
+                         takes ivals[k], TRT_ITEM_NONE is None; the element type
+                         comes from the operator's schema */
+};
+#define TRT_ITEM_CONST (-1)
+#define TRT_ITEM_NONE (-2)
+
+typedef struct trt_arg {
+  int32_t kind;
+  int32_t n;
+  int64_t i;
+  double d;
+  const char *s;
+  const int32_t *items;
+  const int64_t *ivals;
+} trt_arg;
+
+/*
+ * The runtime's entry points, handed to an SCM in trident_scm_init.
+ * "borrowed"/"new" refer to Python references as in the CPython API.
+ */
+typedef struct trt_api {
+  int32_t abi_version;
+
+  /* ---- guards ---- */
+  /* 1 if `obj` matches `spec`, 0 if not (never sets an exception).  On a
+     match writes sizes[ndim], strides[ndim], storage_offset to `meta`. */
+  int (*tensor_match)(PyObject *obj, const trt_tensor_spec *spec, int64_t *meta);
+  /* Writes sizes, strides and storage offset of a tensor known to match. */
+  void (*tensor_meta)(PyObject *obj, int64_t *meta, int32_t ndim);
+  /* 1 if the current global state equals `captured`, else 0. */
+  int (*global_state_match)(const trt_global_state *captured);
+
+  /* ---- frames ---- */
+  trt_frame *(*frame_acquire)(int32_t nslots);
+  void (*frame_release)(trt_frame *f);
+  /* Store a Python tensor (borrowed) / an int / a double into a slot. */
+  void (*frame_set_tensor)(trt_frame *f, int32_t slot, PyObject *tensor);
+  void (*frame_set_int)(trt_frame *f, int32_t slot, int64_t v);
+  void (*frame_set_double)(trt_frame *f, int32_t slot, double v);
+  /* Read an int-valued slot (an operator that returned an int). */
+  int64_t (*frame_get_int)(trt_frame *f, int32_t slot);
+  /* slot `dst` = element `index` of the list or tuple in slot `src`. */
+  int (*frame_list_item)(trt_frame *f, int32_t src, int64_t index, int32_t dst);
+  /* New reference to the Python object for a slot: a tensor keeps its
+     Python identity (an input mutated in place comes back as itself). */
+  PyObject *(*frame_to_py)(trt_frame *f, int32_t slot);
+
+  /* ---- operators ---- */
+  /* Resolve `name.overload` and encode its arguments once, at SCM load.
+     NULL with a Python exception on failure. */
+  trt_op *(*op_new)(const char *name, const char *overload, int32_t nargs,
+                    const trt_arg *args, int32_t nouts, const int32_t *outs);
+  void (*op_free)(trt_op *op);
+  /* Run through the dispatcher; outputs go to the op's out slots. */
+  int (*op_call)(trt_op *op, trt_frame *f);
+
+  /* ---- Triton launches (NULL where the runtime was built without CUDA) --- */
+  void *reserved[8];
+} trt_api;
+
+/*
+ * What an SCM shared object exports (generated code defines these):
+ *
+ *   int trident_scm_init(const trt_api *api, PyObject *consts, void **state);
+ *       Resolve operators, keep the constant tuple.  0 on success, -1 with a
+ *       Python exception.
+ *   PyObject *trident_scm_call(void *state, PyObject *const *locals, int *status);
+ *       Evaluate versions in order; see TRT_HIT / TRT_MISS / TRT_ERROR.
+ *       `locals` holds the bound parameters, then the closure cell contents.
+ *   int trident_scm_stats(void *state, int64_t *hits, int32_t *failed_guard, int32_t n);
+ *       Copy per-version hit counts and the index of the guard that last
+ *       failed (-1: none yet); returns the number of versions.
+ *   void trident_scm_free(void *state);
+ */
+typedef int (*trt_scm_init_fn)(const trt_api *, PyObject *, void **);
+typedef PyObject *(*trt_scm_call_fn)(void *, PyObject *const *, int *);
+typedef int (*trt_scm_stats_fn)(void *, int64_t *, int32_t *, int32_t);
+typedef void (*trt_scm_free_fn)(void *);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TRIDENT_RT_H */

@@ -1,0 +1,196 @@
+"""The Specialization Cache Module: versions, miss handling, rebuilds.
+
+The object users call is a native `trident.Function` (trident_rt.cpp).  On
+each call it binds the arguments and enters the installed SCM, which tries
+its versions in order.  Only a miss comes here (`SCM.miss`): capture a new
+version with Dynamo, regenerate and rebuild the SCM with every version, and
+install it under the same callable.  The missing call returns its own
+result.  An exception raised by a version's operators propagates as eager's
+exception and never reaches this file.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import config
+from .capture.dynamo import capture
+from .codegen import c as cgen
+from .errors import CaptureError, RecompileError, UnsupportedError
+from .guards.translate import ConstPool, SourceConverter, translate
+from .ir import nodes as ir
+from .ir.lower import lower
+from .ir.printer import print_version
+from .native import build
+
+log = logging.getLogger("trident")
+
+
+@dataclass
+class Options:
+    strict: bool = False
+    max_versions: int = 16
+    dynamic: object = None  # None (automatic, as torch.compile), True, False
+
+
+@dataclass
+class Stats:
+    misses: int = 0
+    captures: int = 0
+    fallbacks: int = 0
+    build_paths: list = field(default_factory=list)
+
+
+class SCM:
+    def __init__(self, fn, options: Options):
+        self.fn = fn
+        self.options = options
+        self.versions: list[ir.Version] = []
+        self.lock = threading.RLock()
+        self.fallback_reason: str | None = None
+        self.stats = Stats()
+        self.c_source: str | None = None
+        self.so_path: Path | None = None
+        self.rt = build.runtime_module()
+        self.function = self.rt.Function(fn, self.miss)
+        self._signature = inspect.signature(fn)
+
+    # -- the miss path -------------------------------------------------------
+    def miss(self, *args, **kwargs):
+        with self.lock:
+            return self._miss(args, kwargs)
+
+    def _miss(self, args, kwargs):
+        if self.fallback_reason is not None:
+            return self.fn(*args, **kwargs)
+        try:
+            self._signature.bind(*args, **kwargs)
+        except TypeError:
+            return self.fn(*args, **kwargs)  # raises eager's own TypeError
+        # Another thread may have installed a version that serves this call
+        # while we waited for the lock.
+        mod = self.function._module
+        reason = self._miss_reason()
+        self.stats.misses += 1
+        if self.versions and config.assert_no_recompile():
+            raise RecompileError(f"{self.fn.__qualname__}: specialization miss ({reason})")
+        if len(self.versions) >= self.options.max_versions:
+            return self._fall_back(
+                f"recompile limit max_versions={self.options.max_versions} reached "
+                f"(last miss: {reason})", args, kwargs)
+        if self.versions:
+            log.info("trident: recompiling %s: %s", self.fn.__qualname__, reason)
+        del mod
+        try:
+            cap = capture(self.fn, args, kwargs, dynamic=self.options.dynamic,
+                          global_state_fn=self.rt.global_state)
+        except CaptureError as e:
+            # Either the user's code raises (eager raises the same) or Dynamo
+            # cannot capture it.  Run eagerly: its exception, if any, is the
+            # one the user must see; no version is added.
+            result = self.fn(*args, **kwargs)
+            return self._fall_back(f"capture failed: {e}", None, None, result=result)
+        except UnsupportedError as e:
+            if hasattr(e, "result"):
+                return self._fall_back(str(e), None, None, result=e.result)
+            raise
+        self.stats.captures += 1
+        try:
+            version = self._make_version(cap, reason)
+            self._install(self.versions + [version])
+        except UnsupportedError as e:
+            return self._fall_back(str(e), None, None, result=cap.result)
+        return cap.result
+
+    def _make_version(self, cap, reason: str) -> ir.Version:
+        consts = ConstPool()
+        guards = translate(cap.guard_entries, cap, self.fn, consts, self.rt)
+        conv = SourceConverter(self.fn, consts)
+        program, output, nslots = lower(cap, conv, consts, self.rt, guards)
+        v = ir.Version(index=len(self.versions), guards=guards, program=program,
+                       output=output, nslots=nslots, consts=tuple(consts.objs),
+                       reason=reason)
+        self._dump(v, cap)
+        return v
+
+    def _install(self, versions: list) -> None:
+        src = cgen.generate(versions)
+        so = build.build_scm(src)
+        consts = cgen.consts_tuple(self.fn.__globals__, _builtins_of(self.fn), versions)
+        module = self.rt.load_scm(str(so), consts)
+        # Only now, with the whole new SCM loaded, does the callable switch.
+        self.function._install(module)
+        self.versions = versions
+        self.c_source = src
+        self.so_path = so
+        self.stats.build_paths.append(str(so))
+        _dump_text(f"{self.fn.__qualname__}.scm.c", src)
+
+    def _fall_back(self, reason: str, args, kwargs, result=None):
+        if self.options.strict or config.strict():
+            raise UnsupportedError(f"trident.jit({self.fn.__qualname__}): {reason}")
+        self.stats.fallbacks += 1
+        if self.fallback_reason is None:
+            self.fallback_reason = reason
+            warnings.warn(f"trident.jit({self.fn.__qualname__}) runs eagerly from now on: "
+                          f"{reason}", RuntimeWarning, stacklevel=4)
+            self.function._install(None)
+        if args is not None:
+            return self.fn(*args, **kwargs)
+        return result
+
+    def _miss_reason(self) -> str:
+        if not self.versions:
+            return "first call"
+        mod = self.function._module
+        if mod is None:
+            return "no SCM installed"
+        parts = []
+        for v, (hits, failed) in zip(self.versions, mod.stats()):
+            if 0 <= failed < len(v.guards):
+                parts.append(f"version {v.index} failed guard [{failed}] {v.guards[failed]}")
+        return "; ".join(parts) or "no version matched"
+
+    # -- seeing inside ----------------------------------------------------------
+    def explain(self) -> str:
+        mod = self.function._module
+        stats = mod.stats() if mod is not None else [(0, -1)] * len(self.versions)
+        out = [f"trident.jit({self.fn.__qualname__}): {len(self.versions)} version(s), "
+               f"{self.stats.misses} miss(es), {self.stats.fallbacks} eager fallback(s)"]
+        if self.fallback_reason:
+            out.append(f"  runs eagerly: {self.fallback_reason}")
+        if self.so_path:
+            out.append(f"  SCM: {self.so_path}  (source, command and log beside it)")
+        for v, (hits, failed) in zip(self.versions, stats):
+            out.append(f"  hits={hits}" + (f" last failed guard=[{failed}]" if failed >= 0 else ""))
+            out.append(print_version(v))
+        return "\n".join(out)
+
+    def _dump(self, v: ir.Version, cap) -> None:
+        d = config.dump_dir()
+        if d is None:
+            return
+        name = f"{self.fn.__qualname__}.v{v.index}"
+        _dump_text(f"{name}.aten.txt", cap.aten_graph.print_readable(print_output=False)
+                   if cap.aten_graph is not None else "")
+        _dump_text(f"{name}.guards.txt", "\n".join(
+            f"{e.guard_type} {e.name}" for e in cap.guard_entries))
+        _dump_text(f"{name}.ir.txt", print_version(v))
+
+
+def _builtins_of(fn) -> dict:
+    b = fn.__globals__.get("__builtins__", __builtins__)
+    return b if isinstance(b, dict) else b.__dict__
+
+
+def _dump_text(name: str, text: str) -> None:
+    d = config.dump_dir()
+    if d is None:
+        return
+    d.mkdir(parents=True, exist_ok=True)
+    (d / name.replace("<", "_").replace(">", "_")).write_text(text)
