@@ -41,6 +41,7 @@ class Capture:
     global_state: bytes
     result: object
     graph_outputs: list  # the runner's outputs for the capturing call
+    launches: list  # LaunchRecord per Triton launch, in graph order
     tf_mode_stack_len: int
     dynamic: bool = False
     notes: list = field(default_factory=list)
@@ -138,9 +139,15 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
                 sizes[src] = (_concrete(meta["size"]), _concrete(meta["stride"]))
         st["sizes"] = sizes
 
+        has_triton = any(_is_triton_node(n) for n in gm.graph.nodes)
+        st["launches"] = []
+
         def runner(*a):
             try:
-                outs = gm(*a)
+                if has_triton:
+                    outs = _RecordingInterpreter(gm, st["launches"]).run(*a)
+                else:
+                    outs = gm(*a)
             except Exception as e:  # noqa: BLE001 - re-raised unchanged by capture()
                 raise _GraphRunError(e) from e
             st["outs"] = list(outs) if isinstance(outs, (tuple, list)) else [outs]
@@ -210,8 +217,30 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
         aten_graph=st["aten"], dynamo_graph=st["gm"], inputs=st["inputs"],
         guard_entries=st.get("entries", []), shape_exprs=st.get("shape_exprs", []),
         sizes_strides=st["sizes"], global_state=gstate, result=result,
-        graph_outputs=st.get("outs", []), tf_mode_stack_len=tf_len,
+        graph_outputs=st.get("outs", []), launches=st.get("launches", []),
+        tf_mode_stack_len=tf_len,
         dynamic=bool(dynamic))
+
+
+def _is_triton_node(n) -> bool:
+    return n.op == "call_function" and "triton_kernel_wrapper" in str(n.target)
+
+
+class _RecordingInterpreter(torch.fx.Interpreter):
+    """Runs the captured graph and records each Triton launch's real values."""
+
+    def __init__(self, gm, out: list):
+        super().__init__(gm)
+        self.out = out
+
+    def call_function(self, target, args, kwargs):
+        if "triton_kernel_wrapper" in str(target):
+            from ..triton.launch import LaunchRecord
+
+            self.out.append(LaunchRecord(
+                kernel_idx=kwargs["kernel_idx"], constant_args_idx=kwargs["constant_args_idx"],
+                grid=list(kwargs["grid"]), kwargs=dict(kwargs["kwargs"])))
+        return super().call_function(target, args, kwargs)
 
 
 def _first_line(e: BaseException) -> str:

@@ -33,6 +33,8 @@ class _Lowering:
         self.nslots = 0
         self.vals: dict = {}  # fx node -> ("slot", i) | ("sym", var, slot) | ("multi", [slots])
         self.nsym = 0
+        self.launches: list = []
+        self.nlaunch = 0
 
     def slot(self) -> int:
         self.nslots += 1
@@ -154,7 +156,9 @@ class _Lowering:
         full = schema.name
         nret = len(schema.returns)
         outs = tuple(self.slot() for _ in range(nret))
-        self.program.append(ir.Call(full, schema.overload_name, tuple(args), outs))
+        mutates = any(a.alias_info is not None and a.alias_info.is_write
+                      for a in schema.arguments)
+        self.program.append(ir.Call(full, schema.overload_name, tuple(args), outs, mutates))
         if nret == 1:
             self.vals[node] = ("slot", outs[0])
         else:
@@ -170,9 +174,31 @@ class _Lowering:
             self.program.append(ir.ListItem(dst, v[1], idx))
             self.vals[node] = ("slot", dst)
 
+    def triton(self, node) -> None:
+        from ..triton.launch import lower_launch, resolve
+
+        k = self.nlaunch
+        self.nlaunch += 1
+        if k >= len(self.launches):
+            raise UnsupportedError("a Triton launch in the graph was not recorded at capture")
+        res = resolve(self.launches[k])
+        kw = node.kwargs
+        grids = kw["grid"]
+        grid = grids[res.grid_index] if grids else (1, 1, 1)
+        grid = tuple(grid) + (1,) * (3 - len(grid))
+        grid_exprs = tuple(self.sym_operand(g) for g in grid)
+        self.program.append(lower_launch(res, dict(kw["kwargs"]), grid_exprs,
+                                         lambda v: self.arg(v, None), self.rt, self.consts))
+
     def node(self, node) -> None:
         t = node.target
-        if isinstance(t, torch._ops.OpOverload):
+        if "triton_kernel_wrapper" in str(t):
+            from ..triton.launch import is_triton_hop
+
+            if not is_triton_hop(t):
+                raise UnsupportedError(f"unknown Triton wrapper {t}")
+            self.triton(node)
+        elif isinstance(t, torch._ops.OpOverload):
             self.call(node)
         elif t is operator.getitem:
             self.getitem(node)
@@ -190,6 +216,7 @@ def lower(cap, conv, consts, rt, guards) -> tuple:
     """Returns (program, output tree, nslots)."""
     tensor_guards = {g.source: g for g in guards if isinstance(g, ir.TensorMatch)}
     lo = _Lowering(conv, consts, rt, tensor_guards)
+    lo.launches = list(getattr(cap, "launches", []))
     g = cap.aten_graph.graph
     placeholders = [n for n in g.nodes if n.op == "placeholder"]
     if len(placeholders) != len(cap.inputs):

@@ -397,6 +397,7 @@ class Call:
     overload: str  # Tensor
     args: tuple
     outs: tuple
+    mutates: bool = False  # writes to an argument (in-place / out= op)
 
     def __str__(self) -> str:
         outs = ", ".join(f"%{o}" for o in self.outs) or "_"
@@ -413,7 +414,47 @@ class ListItem:
         return f"%{self.dst} = %{self.src}[{self.index}]"
 
 
-Instr = Union[LoadTensor, LoadScalar, SymDef, SymFromSlot, Call, ListItem]
+@dataclass(frozen=True)
+class LaunchParam:
+    """One parameter of a Triton kernel as its CUBIN expects it."""
+
+    name: str
+    kind: str      # ptr i1 i8 i16 i32 i64 u8 u16 u32 u64 fp16 bf16 fp32 fp64, or one
+    arg: Arg       # Slot (a runtime value) or ConstArg
+    div16: bool    # precondition: 16-byte aligned pointer / int multiple of 16
+    dtype: int     # ptr: c10::ScalarType the CUBIN was compiled for (-1: any)
+
+    def __str__(self) -> str:
+        pre = " %16" if self.div16 else ""
+        if self.kind == "one":
+            return f"{self.name}={self.arg}==1"
+        return f"{self.name}:{self.kind}{pre}={self.arg}"
+
+
+@dataclass(frozen=True)
+class TritonLaunch:
+    """Launch one CUBIN on the current stream of its tensors' device."""
+
+    kernel: str     # the @triton.jit function's qualified name
+    symbol: str     # the kernel's name inside the CUBIN
+    cubin_const: int
+    num_warps: int
+    num_ctas: int
+    shared: int
+    cooperative: bool
+    pdl: bool
+    params: tuple
+    grid: tuple     # three SymExpr
+    config: str     # the autotune config / constexprs chosen at capture, for humans
+
+    def __str__(self) -> str:
+        g = ", ".join(map(str, self.grid))
+        return (f"launch {self.kernel}[{g}]({', '.join(map(str, self.params))}) "
+                f"warps={self.num_warps} ctas={self.num_ctas} shared={self.shared}"
+                + (f" {self.config}" if self.config else ""))
+
+
+Instr = Union[LoadTensor, LoadScalar, SymDef, SymFromSlot, Call, ListItem, TritonLaunch]
 
 # ------------------------------------------------------------------ output
 

@@ -40,11 +40,14 @@ def _digest(*parts: str) -> str:
     return h.hexdigest()[:20]
 
 
-def _build(kind: str, source_name: str, source: str, cmd_for, what: str) -> Path:
-    """Build `source` unless a build with the same hash exists; return the .so."""
+def _build(kind: str, files: dict, cmd_for, what: str) -> Path:
+    """Build `files` ({name: text}; the first is compiled with the others
+    beside it) unless a build with the same hash exists; return the .so."""
     import torch
 
-    tag = _digest(source, " ".join(cmd_for("SRC", "OUT")), sys.version, torch.__version__)
+    source_name = next(iter(files))
+    tag = _digest(*files.values(), " ".join(cmd_for(["SRC"], "OUT")), sys.version,
+                  torch.__version__)
     out_dir = config.cache_dir() / kind / tag
     so = out_dir / (Path(source_name).stem + ".so")
     if so.exists():
@@ -53,10 +56,10 @@ def _build(kind: str, source_name: str, source: str, cmd_for, what: str) -> Path
     # Build in a private directory, then rename: concurrent processes never
     # see (or load) a half-written .so.
     tmp = Path(tempfile.mkdtemp(prefix=f".{tag}-", dir=out_dir.parent))
-    src = tmp / source_name
-    src.write_text(source)
+    for name, text in files.items():
+        (tmp / name).write_text(text)
     tmp_so = tmp / so.name
-    cmd = cmd_for(str(src), str(tmp_so))
+    cmd = cmd_for([str(tmp / n) for n in files if n.endswith((".c", ".cpp"))], str(tmp_so))
     (tmp / "cmd.txt").write_text(shlex.join(cmd) + "\n")
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
     log = proc.stdout + proc.stderr
@@ -81,30 +84,29 @@ def runtime_module():
             return _runtime
         from torch.utils import cpp_extension
 
-        source = (RUNTIME_DIR / "trident_rt.cpp").read_text()
-        header = (RUNTIME_DIR / "trident_rt.h").read_text()
+        files = {n: (RUNTIME_DIR / n).read_text() for n in (
+            "trident_rt.cpp", "trident_rt_launch.cpp", "trident_rt.h", "trident_rt_internal.h")}
         incs = cpp_extension.include_paths()
         libdir = os.path.join(os.path.dirname(cpp_extension.__file__), "..", "lib")
         libdir = os.path.normpath(libdir)
         import torch
 
         abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+        cuda = _cuda_flags()
 
-        def cmd_for(src: str, out: str) -> list[str]:
+        def cmd_for(srcs: list, out: str) -> list[str]:
             return [
                 config.cxx_compiler(), "-shared", "-fPIC", "-O2", "-std=c++20",
                 "-fvisibility=hidden", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
                 "-DTORCH_EXTENSION_NAME=_trident_rt",
                 f"-I{RUNTIME_DIR}", f"-I{_python_include()}",
-                *[f"-I{i}" for i in incs],
-                src, "-o", out,
+                *[f"-I{i}" for i in incs], *cuda["cflags"],
+                *srcs, "-o", out,
                 f"-L{libdir}", "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python",
-                f"-Wl,-rpath,{libdir}",
+                *cuda["libs"], f"-Wl,-rpath,{libdir}",
             ]
 
-        # The header is part of the ABI: hash it with the source.
-        so = _build("runtime", "trident_rt.cpp", header + "\n//--\n" + source, cmd_for,
-                    "building Trident's runtime")
+        so = _build("runtime", files, cmd_for, "building Trident's runtime")
         spec = importlib.util.spec_from_file_location("_trident_rt", so)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
@@ -112,15 +114,42 @@ def runtime_module():
         return mod
 
 
+def _cuda_flags() -> dict:
+    """Compile the Triton launch path only where torch has CUDA."""
+    import torch
+
+    if not torch.version.cuda:
+        return {"cflags": [], "libs": []}
+    from torch.utils import cpp_extension
+
+    incs = []
+    home = cpp_extension.CUDA_HOME
+    if home:
+        incs.append(os.path.join(home, "include"))
+    try:  # Triton ships cuda.h; use it when no toolkit headers are found
+        import triton
+
+        incs.append(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia",
+                                 "include"))
+    except ImportError:
+        pass
+    return {"cflags": ["-DTRT_WITH_CUDA", *[f"-I{i}" for i in incs]], "libs": ["-lc10_cuda"]}
+
+
 def build_scm(c_source: str) -> Path:
     """Compile one generated SCM (plain C) and return the path of its .so."""
 
-    def cmd_for(src: str, out: str) -> list[str]:
+    def cmd_for(srcs: list, out: str) -> list[str]:
         return [
             config.c_compiler(), "-shared", "-fPIC", "-O2", "-std=c11",
             "-fvisibility=hidden", "-Wall", "-Wno-unused-variable", "-Wno-unused-label",
             "-Wno-unused-function",
-            f"-I{RUNTIME_DIR}", f"-I{_python_include()}", src, "-o", out,
+            f"-I{RUNTIME_DIR}", f"-I{_python_include()}", *srcs, "-o", out,
         ]
 
-    return _build("scm", "scm.c", c_source, cmd_for, "compiling an SCM")
+    # The headers travel with the source: the build directory is self-contained
+    # and its hash changes when they do.
+    files = {"scm.c": c_source}
+    for n in ("scm_prelude.h", "trident_rt.h"):
+        files[n] = (RUNTIME_DIR / n).read_text()
+    return _build("scm", files, cmd_for, "compiling an SCM")

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "trident_rt.h"
+#include "trident_rt_internal.h"
 
 namespace {
 
@@ -117,13 +118,6 @@ int global_state_match(const trt_global_state* captured) {
 
 // ---------------------------------------------------------------- frames ----
 
-}  // namespace
-
-struct trt_frame {
-  std::vector<c10::IValue> slots;
-};
-
-namespace {
 
 thread_local std::vector<std::unique_ptr<trt_frame>> free_frames;
 
@@ -405,7 +399,7 @@ const trt_api kApi = {
     TRT_ABI_VERSION, tensor_match,   tensor_meta,    global_state_match, frame_acquire,
     frame_release,   frame_set_tensor, frame_set_int, frame_set_double,  frame_get_int,
     frame_list_item, frame_to_py,    op_new,         op_free,            op_call,
-    {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr}};
+    trident::launch_new, trident::launch_call, trident::launch_free};
 
 // ---------------------------------------------------------------- Module ----
 

@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct or the api table below changes shape. */
-#define TRT_ABI_VERSION 1
+#define TRT_ABI_VERSION 2
 
 /* Status codes returned by an SCM entry through its `status` argument. */
 enum {
@@ -70,6 +70,40 @@ typedef struct trt_tensor_spec {
 typedef struct trt_global_state {
   int64_t w[TRT_GLOBAL_STATE_WORDS];
 } trt_global_state;
+
+/* A prepared launch of one Triton CUBIN (see trt_launch_spec). */
+typedef struct trt_launch trt_launch;
+
+/* How a Triton kernel parameter is passed (Triton's launch ABI: every
+   non-constexpr argument in signature order, then two scratch pointers). */
+enum {
+  TRT_P_PTR = 0,  /* CUdeviceptr: data pointer of the tensor in the slot */
+  TRT_P_I1, TRT_P_I8, TRT_P_I16, TRT_P_I32, TRT_P_I64,
+  TRT_P_U8, TRT_P_U16, TRT_P_U32, TRT_P_U64,
+  TRT_P_FP16, TRT_P_BF16, TRT_P_FP32, TRT_P_FP64, /* passed as packed bits */
+  TRT_P_ONE       /* specialised to the constant 1 and not passed: checked only */
+};
+
+typedef struct trt_launch_param {
+  int32_t kind;
+  int32_t slot;   /* >= 0: the value in this frame slot; -1: the constant below */
+  int64_t ival;
+  double dval;
+  int32_t div16;  /* precondition: the pointer is 16-byte aligned / the int is a multiple of 16 */
+  int32_t dtype;  /* TRT_P_PTR: the c10::ScalarType the CUBIN was compiled for; -1: any */
+} trt_launch_param;
+
+typedef struct trt_launch_spec {
+  const char *name;      /* kernel symbol in the CUBIN */
+  const char *cubin;
+  int64_t cubin_size;
+  int32_t num_warps, num_ctas, shared, cooperative, pdl;
+  int32_t nparams;
+  const trt_launch_param *params;
+} trt_launch_spec;
+
+/* launch_call's result when a precondition failed (nothing was launched). */
+#define TRT_PRECONDITION 1
 
 /* A frame holds the IValues of one version's run (tensors, ints, lists). */
 typedef struct trt_frame trt_frame;
@@ -142,8 +176,15 @@ typedef struct trt_api {
   /* Run through the dispatcher; outputs go to the op's out slots. */
   int (*op_call)(trt_op *op, trt_frame *f);
 
-  /* ---- Triton launches (NULL where the runtime was built without CUDA) --- */
-  void *reserved[8];
+  /* ---- Triton launches ---- */
+  /* Copy the CUBIN and parameter layout; the module is loaded lazily, once
+     per device, on the first launch.  NULL with a Python exception. */
+  trt_launch *(*launch_new)(const trt_launch_spec *spec);
+  /* Check the preconditions, then launch on the current stream of the
+     tensors' device.  TRT_OK, TRT_PRECONDITION (nothing launched, no
+     exception), or TRT_FAIL with a Python exception. */
+  int (*launch_call)(trt_launch *l, trt_frame *f, int64_t gx, int64_t gy, int64_t gz);
+  void (*launch_free)(trt_launch *l);
 } trt_api;
 
 /*

@@ -1,0 +1,162 @@
+"""Shared fixtures and helpers for Trident's test suite.
+
+* `trident_cache_dir` (session, autouse): points TRIDENT_CACHE_DIR at a
+  session temporary directory so the tests never touch ~/.cache/trident.  An
+  explicitly set TRIDENT_CACHE_DIR is honoured (it lets repeated runs reuse
+  the ~25 s runtime build).  Nothing else is reset: every test makes its own
+  `trident.jit` functions, so their counters start at zero.
+* `check` and friends: run a jitted function and its eager original on
+  independent deep copies of the same fresh random inputs and compare the
+  results (values, dtypes, shapes, structure) and the mutated inputs.
+
+Every `trident.jit` in the suite is applied inside a test, never at import
+time, so it always runs after the cache directory is set.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs CUDA and Triton (skipped without them)")
+    config.addinivalue_line("markers", "slow: long-running (e.g. 100,000-call leak check)")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def trident_cache_dir(tmp_path_factory):
+    preset = os.environ.get("TRIDENT_CACHE_DIR")
+    if preset:
+        yield Path(preset)
+        return
+    d = tmp_path_factory.mktemp("trident_cache")
+    os.environ["TRIDENT_CACHE_DIR"] = str(d)
+    try:
+        yield d
+    finally:
+        os.environ.pop("TRIDENT_CACHE_DIR", None)
+
+
+# ----------------------------------------------------------------- helpers
+
+
+def clone_tree(obj):
+    """Deep copy of nested tuples/lists/dicts of tensors (tensors cloned with
+    the same strides and storage offset; other leaves kept as they are)."""
+    if isinstance(obj, torch.Tensor):
+        return clone_tensor(obj)
+    if isinstance(obj, tuple):
+        return tuple(clone_tree(o) for o in obj)
+    if isinstance(obj, list):
+        return [clone_tree(o) for o in obj]
+    if isinstance(obj, dict):
+        return {k: clone_tree(v) for k, v in obj.items()}
+    return obj
+
+
+def clone_tensor(t: torch.Tensor) -> torch.Tensor:
+    """A copy of `t` with its own storage and the same sizes, strides, storage
+    offset and requires_grad (so layout guards see the same thing)."""
+    storage = t.detach().untyped_storage().clone()
+    out = torch.empty(0, dtype=t.dtype, device=t.device)
+    out.set_(storage, t.storage_offset(), t.shape, t.stride())
+    if t.requires_grad:
+        out.requires_grad_(True)
+    return out
+
+
+def assert_tree_equal(actual, expected, *, exact: bool = False, strides: bool = False,
+                      path: str = "out"):
+    """Same structure, same Python types, and tensors close (or equal with
+    `exact`) to eager's; optionally the same strides."""
+    assert type(actual) is type(expected), f"{path}: {type(actual)} vs {type(expected)}"
+    if isinstance(expected, torch.Tensor):
+        assert actual.shape == expected.shape, f"{path}: shape {actual.shape} vs {expected.shape}"
+        assert actual.dtype == expected.dtype, f"{path}: dtype {actual.dtype} vs {expected.dtype}"
+        assert actual.requires_grad == expected.requires_grad, f"{path}: requires_grad"
+        if strides:
+            assert actual.stride() == expected.stride(), (
+                f"{path}: stride {actual.stride()} vs {expected.stride()}")
+        if exact or not (expected.is_floating_point() or expected.is_complex()):
+            assert torch.equal(actual.detach(), expected.detach()), f"{path}: values differ"
+        else:
+            torch.testing.assert_close(actual.detach(), expected.detach(), msg=path)
+    elif isinstance(expected, (tuple, list)):
+        assert len(actual) == len(expected), f"{path}: len {len(actual)} vs {len(expected)}"
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            assert_tree_equal(a, e, exact=exact, strides=strides, path=f"{path}[{i}]")
+    elif isinstance(expected, dict):
+        assert list(actual.keys()) == list(expected.keys()), f"{path}: keys differ"
+        for k in expected:
+            assert_tree_equal(actual[k], expected[k], exact=exact, strides=strides,
+                              path=f"{path}[{k!r}]")
+    else:
+        assert actual == expected, f"{path}: {actual!r} vs {expected!r}"
+
+
+def check(jitted, eager, *args, exact: bool = False, strides: bool = False, **kwargs):
+    """Call `jitted` and `eager` on independent copies of the same arguments;
+    compare results and the (possibly mutated) arguments.  Returns the
+    jitted result."""
+    ja, jk = clone_tree(args), clone_tree(kwargs)
+    ea, ek = clone_tree(args), clone_tree(kwargs)
+    expected = eager(*ea, **ek)
+    actual = jitted(*ja, **jk)
+    assert_tree_equal(actual, expected, exact=exact, strides=strides)
+    assert_tree_equal(ja, ea, exact=exact, path="args after call")
+    assert_tree_equal(jk, ek, exact=exact, path="kwargs after call")
+    return actual
+
+
+def rand(*shape, dtype=torch.float32, requires_grad=False):
+    """Fresh random tensor of any dtype (ints in [-50, 50))."""
+    if dtype.is_floating_point:
+        t = torch.randn(*shape, dtype=dtype)
+    elif dtype == torch.bool:
+        t = torch.rand(*shape) > 0.5
+    else:
+        t = torch.randint(-50, 50, shape, dtype=dtype)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def trident_runtime_warnings(record) -> list:
+    """The RuntimeWarnings Trident emitted among recorded warnings."""
+    return [w for w in record if issubclass(w.category, RuntimeWarning)]
+
+
+class Helpers:
+    clone_tree = staticmethod(clone_tree)
+    clone_tensor = staticmethod(clone_tensor)
+    assert_tree_equal = staticmethod(assert_tree_equal)
+    check = staticmethod(check)
+    rand = staticmethod(rand)
+    runtime_warnings = staticmethod(trident_runtime_warnings)
+
+
+@pytest.fixture
+def h():
+    """The helpers above, as `h.check(...)`, `h.rand(...)`, ..."""
+    return Helpers
+
+
+@pytest.fixture
+def record_warnings():
+    """Record every warning raised inside the `with` block (filter 'always')."""
+    class _Rec:
+        def __enter__(self):
+            self._cm = warnings.catch_warnings(record=True)
+            self.list = self._cm.__enter__()
+            warnings.simplefilter("always")
+            return self.list
+
+        def __exit__(self, *exc):
+            return self._cm.__exit__(*exc)
+
+    return _Rec

@@ -1,0 +1,1 @@
+"""Example functions with Triton kernels (GPU only)."""

@@ -1,0 +1,23 @@
+// trident_rt_internal.h -- shared between the runtime's translation units
+// (not part of the SCM ABI; generated code never sees it).
+#pragma once
+
+#include <ATen/core/ivalue.h>
+
+#include <vector>
+
+#include "trident_rt.h"
+
+struct trt_frame {
+  std::vector<c10::IValue> slots;
+};
+
+namespace trident {
+// Triton launches (trident_rt_launch.cpp).  Without CUDA they raise.
+trt_launch* launch_new(const trt_launch_spec* spec);
+int launch_call(trt_launch* l, trt_frame* f, int64_t gx, int64_t gy, int64_t gz);
+void launch_free(trt_launch* l);
+// Pack one launch's parameters without launching: for CPU tests of the
+// launch ABI.  Returns bytes (8 per passed parameter) or raises.
+PyObject* launch_pack_for_test(trt_launch* l, trt_frame* f);
+}  // namespace trident
