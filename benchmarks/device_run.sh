@@ -8,7 +8,7 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 t=$(date +%s)
 python3 -c "from trident.native.build import runtime_module; runtime_module(); print('runtime ok')" 2>&1 | tail -20
 echo "runtime build: $(( $(date +%s) - t ))s"
-timeout ${GPU_TEST_TIMEOUT:-240} python3 -m pytest -x -q tests/gpu ${PYTEST_EXTRA:-} 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+timeout ${GPU_TEST_TIMEOUT:-240} python3 -m pytest -q tests/gpu ${PYTEST_EXTRA:-} 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
 if [ "${RUN_BENCH:-1}" = 1 ]; then
   timeout ${BENCH_TIMEOUT:-240} python3 benchmarks/gpu_triton.py --out "$OUT/gpu_triton.md" 2>&1 | tail -40
 fi
