@@ -28,6 +28,7 @@ from trident.examples.triton_kernels import rms_norm, rms_norm_kernel, silu, sil
 
 NATIVE_SRC = r"""
 #include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <dlfcn.h>
 typedef int (*launch_t)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                         unsigned, void*, void**, void**);
@@ -127,7 +128,7 @@ def main():
                                  extra_include_paths=[], with_cuda=True, verbose=False)
             print(f"native entry built in {time.time() - t:.0f}s")
         except Exception as e:  # noqa: BLE001
-            print(f"native entry unavailable: {type(e).__name__}: {e}"[:400])
+            print(f"native entry unavailable: {type(e).__name__}: {e}"[-3000:])
 
     # ---- rms_norm x (1024, 128) fp32
     x = torch.randn(1024, 128, device=dev)

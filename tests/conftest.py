@@ -15,7 +15,9 @@ time, so it always runs after the cache directory is set.
 
 from __future__ import annotations
 
+import itertools
 import os
+import types
 import warnings
 from pathlib import Path
 
@@ -126,6 +128,31 @@ def rand(*shape, dtype=torch.float32, requires_grad=False):
     return t
 
 
+_fresh_ids = itertools.count()
+
+
+def fresh(fn):
+    """A copy of `fn` with its own code object *and code identity*.
+
+    TorchDynamo remembers which dimensions changed per code identity (file,
+    first line, name), across `torch.compile` (and so `trident.jit`)
+    instances.  Tests that count versions under dynamic=None use a fresh
+    copy so an earlier test's calls do not make the first capture dynamic.
+    """
+    n = next(_fresh_ids)
+    code = fn.__code__
+    kw = {"co_name": f"{code.co_name}__fresh{n}"}
+    if hasattr(code, "co_qualname"):
+        kw["co_qualname"] = f"{code.co_qualname}__fresh{n}"
+    g = types.FunctionType(code.replace(**kw), fn.__globals__, fn.__name__,
+                           fn.__defaults__, fn.__closure__)
+    g.__kwdefaults__ = fn.__kwdefaults__
+    g.__qualname__ = fn.__qualname__
+    g.__doc__ = fn.__doc__
+    g.__annotations__ = dict(fn.__annotations__)
+    return g
+
+
 def trident_runtime_warnings(record) -> list:
     """The RuntimeWarnings Trident emitted among recorded warnings."""
     return [w for w in record if issubclass(w.category, RuntimeWarning)]
@@ -137,6 +164,7 @@ class Helpers:
     assert_tree_equal = staticmethod(assert_tree_equal)
     check = staticmethod(check)
     rand = staticmethod(rand)
+    fresh = staticmethod(fresh)
     runtime_warnings = staticmethod(trident_runtime_warnings)
 
 

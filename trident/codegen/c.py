@@ -84,6 +84,9 @@ class _VersionGen:
             expr = f"(Py_INCREF(L[{src.index}]), L[{src.index}])"
         elif isinstance(src, ir.Global):
             expr = f"trt_load_global(S->globals, S->builtins, {self.mod.name(src.name)})"
+        elif isinstance(src, ir.TypeOf):
+            b = self.load(src.base)
+            expr = f"({b} ? (Py_INCREF(Py_TYPE({b})), (PyObject *)Py_TYPE({b})) : NULL)"
         elif isinstance(src, ir.ConstObj):
             expr = f"(Py_INCREF({self.K(src.index)}), {self.K(src.index)})"
         elif isinstance(src, ir.Attr):
@@ -258,7 +261,7 @@ class _VersionGen:
                           f"{p.dtype}}}")
         stmts = ["  {"]
         stmts.append(f"    static const trt_launch_param p[] = {{{', '.join(ps) or '{0}'}}};")
-        cub = self.K(t.cubin_const)
+        cub = f"S->K[{self.base + t.cubin_const}]"
         stmts.append(f"    trt_launch_spec s = {{{_cstr(t.symbol)}, PyBytes_AS_STRING({cub}), "
                      f"(int64_t)PyBytes_GET_SIZE({cub}), {t.num_warps}, {t.num_ctas}, {t.shared}, "
                      f"{int(t.cooperative)}, {int(t.pdl)}, {len(t.params)}, p}};")

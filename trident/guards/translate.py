@@ -77,6 +77,8 @@ class SourceConverter:
             for part in src.member.split("."):
                 out = ir.Attr(out, part)
             return out
+        if cls == "TypeSource":
+            return ir.TypeOf(self(src.base))
         if cls == "GetItemSource" and not getattr(src, "index_is_slice", False):
             idx = src.index
             if isinstance(idx, (int, str)) and not isinstance(idx, bool):

@@ -71,7 +71,17 @@ class Item:
         return f"{self.base}[{self.key!r}]"
 
 
-Source = Union[Local, Global, ConstObj, Attr, Item]
+@dataclass(frozen=True)
+class TypeOf:
+    """`type(base)`."""
+
+    base: "Source"
+
+    def __str__(self) -> str:
+        return f"type({self.base})"
+
+
+Source = Union[Local, Global, ConstObj, Attr, Item, TypeOf]
 
 # ------------------------------------------------ integer-valued properties
 
