@@ -79,7 +79,28 @@ class SourceConverter:
             return out
         if cls == "TypeSource":
             return ir.TypeOf(self(src.base))
-        if cls == "GetItemSource" and not getattr(src, "index_is_slice", False):
+        if cls == "TypeDictSource":  # dict(type.__dict__)[k] reads type.__dict__[k]
+            return ir.Attr(self(src.base), "__dict__")
+        if cls == "TypeMROSource":
+            return ir.Attr(self(src.base), "__mro__")
+        if cls == "CodeSource":
+            return ir.Attr(self(src.base), "__code__")
+        if cls == "ClosureSource":
+            return ir.Attr(self(src.base), "__closure__")
+        if cls == "DefaultsSource":
+            if src.is_kw:
+                return ir.Item(ir.Attr(self(src.base), "__kwdefaults__"), src.idx_key)
+            return ir.Item(ir.Attr(self(src.base), "__defaults__"), src.idx_key)
+        if cls in ("NNModuleSource", "UnspecializedNNModuleSource",
+                   "UnspecializedBuiltinNNModuleSource"):
+            return self(src.base)  # the same object, tagged for Dynamo
+        if cls == "ImportSource":
+            import sys
+
+            k = self.consts.add(sys.modules)
+            return ir.Item(ir.ConstObj(k, "sys.modules"), src.module_name)
+        if (isinstance(src, S.GetItemSource) and cls != "TupleIteratorGetItemSource"
+                and not getattr(src, "index_is_slice", False)):
             idx = src.index
             if isinstance(idx, (int, str)) and not isinstance(idx, bool):
                 return ir.Item(self(src.base), idx)
