@@ -161,6 +161,46 @@ def test_deleting_a_global_does_not_use_a_stale_value(h):
     h.check(f, _uses_global_scale, h.rand(2))
 
 
+class _Cfg:
+    scale = 2
+    dtype = torch.float32
+
+
+CFG = _Cfg()
+
+
+def _uses_global_object_attrs(x):
+    return x.to(CFG.dtype) * CFG.scale
+
+
+def test_rebinding_attributes_of_a_global_object(h):
+    f = trident.jit(_uses_global_object_attrs)
+    old = (CFG.scale, CFG.dtype)
+    try:
+        for scale, dt in ((2, torch.float32), (2, torch.float32), (3, torch.float32),
+                          (3, torch.float64), (5, torch.int64), (2, torch.float32)):
+            CFG.scale, CFG.dtype = scale, dt
+            h.check(f, _uses_global_object_attrs, h.rand(3), exact=True)
+    finally:
+        CFG.scale, CFG.dtype = old
+    assert trident.stats(f)["fallbacks"] == 0
+
+
+def test_rebinding_the_global_object_itself(h):
+    global CFG
+    old = CFG
+    f = trident.jit(_uses_global_object_attrs)
+    try:
+        h.check(f, _uses_global_object_attrs, h.rand(3), exact=True)
+        CFG = _Cfg()
+        CFG.scale = 7
+        h.check(f, _uses_global_object_attrs, h.rand(3), exact=True)
+        CFG = old
+        h.check(f, _uses_global_object_attrs, h.rand(3), exact=True)
+    finally:
+        CFG = old
+
+
 # -------------------------------------------------------------- closures
 
 
@@ -182,6 +222,38 @@ def test_closure_cell_changed_through_setter(h):
     for value in (2.0, 2.0, 3.0, 3.0, 0.5, 2.0):
         set_scale(value)
         h.check(f, fn, h.rand(5), exact=True)
+
+
+def _make_int_closure(k):
+    def fn(x):
+        return x + k, k
+
+    def set_k(v):
+        nonlocal k
+        k = v
+
+    return fn, set_k
+
+
+def test_closure_int_cell_changed_through_setter(h):
+    fn, set_k = _make_int_closure(2)
+    f = trident.jit(fn)
+    for value in (2, 2, 3, 3, 5):
+        set_k(value)
+        x = h.rand(4)
+        h.assert_tree_equal(f(x)[0], fn(x)[0], exact=True)
+    assert trident.stats(f)["fallbacks"] == 0
+
+
+@pytest.mark.xfail(reason="bug: an int closure cell that Dynamo made dynamic, returned as is, "
+                          "comes back as its capture-time value (same root cause as a "
+                          "returned dynamic int argument)", strict=True)
+def test_closure_int_cell_returned_after_setter(h):
+    fn, set_k = _make_int_closure(2)
+    f = trident.jit(fn)
+    for value in (2, 3, 4, 5):
+        set_k(value)
+        h.check(f, fn, h.rand(4), exact=True)
 
 
 def test_closure_cell_holding_a_tensor_and_a_function(h):

@@ -137,6 +137,8 @@ class _VersionGen:
                 return f"trt_mod({a}, {b}, &ok)"
             if e.op in ("max", "min"):
                 return f"trt_{e.op}({a}, {b})"
+            if e.op in ("<<", ">>"):
+                return f"trt_shift({a}, {b}, {int(e.op == '<<')}, &ok)"
             op = {"and": "&&", "or": "||"}.get(e.op, e.op)
             return f"({a} {op} {b})"
         raise UnsupportedError(f"cannot emit expression {e}")

@@ -59,6 +59,7 @@ class SourceConverter:
     """Dynamo Source objects -> IR sources."""
 
     def __init__(self, fn, consts: ConstPool):
+        self.fn = fn
         self.index = {n: i for i, n in enumerate(local_names(fn))}
         self.consts = consts
 
@@ -71,6 +72,11 @@ class SourceConverter:
                 raise UnsupportedError(f"guard on unknown local {src.local_name!r}")
             return ir.Local(self.index[src.local_name], src.local_name)
         if isinstance(src, S.GlobalSource):
+            if src.global_name.startswith("__builtins_dict__"):
+                # Dynamo's alias for the frame's builtins dict: the dict itself.
+                b = self.fn.__builtins__
+                b = b if isinstance(b, dict) else b.__dict__
+                return ir.ConstObj(self.consts.add(b), "builtins")
             return ir.Global(src.global_name)
         if isinstance(src, S.AttrSource):
             out = self(src.base)
@@ -262,7 +268,9 @@ def _tensor_match(src, value, dyn_src, cap, consts: ConstPool, rt):
 
 # ------------------------------------------------------------ shape guards
 
-_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}
+_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%",
+           ast.BitOr: "|", ast.BitAnd: "&", ast.BitXor: "^", ast.LShift: "<<",
+           ast.RShift: ">>"}
 _CMPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">",
          ast.GtE: ">="}
 

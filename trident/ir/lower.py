@@ -18,7 +18,8 @@ _SYM_BINOPS = {
     operator.add: "+", operator.sub: "-", operator.mul: "*", operator.floordiv: "//",
     operator.mod: "%", operator.eq: "==", operator.ne: "!=", operator.lt: "<",
     operator.le: "<=", operator.gt: ">", operator.ge: ">=", torch.sym_max: "max",
-    torch.sym_min: "min",
+    torch.sym_min: "min", operator.or_: "|", operator.and_: "&", operator.xor: "^",
+    operator.lshift: "<<", operator.rshift: ">>",
 }
 _SYM_UNOPS = {operator.neg: "-", torch.sym_not: "not"}
 

@@ -130,6 +130,14 @@ static inline int64_t trt_mod(int64_t a, int64_t b, int *ok) {
   return r;
 }
 
+/* Python's << and >> on int64; a negative count or an overflowing left shift fails. */
+static inline int64_t trt_shift(int64_t a, int64_t b, int left, int *ok) {
+  if (b < 0) { *ok = 0; return 0; }
+  if (!left) return b >= 63 ? (a < 0 ? -1 : 0) : (a >> b);
+  if (b >= 63 || (a != 0 && (a > (INT64_MAX >> b) || a < (INT64_MIN >> b)))) { *ok = 0; return 0; }
+  return (int64_t)((uint64_t)a << b);
+}
+
 static inline int64_t trt_max(int64_t a, int64_t b) { return a > b ? a : b; }
 static inline int64_t trt_min(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t trt_abs(int64_t a) { return a < 0 ? -a : a; }

@@ -1,0 +1,114 @@
+"""Paths that give eager's results but leave the compiled path for good.
+
+Each test asserts that the function stays compiled (no fallback) on a
+common pattern.  Today each of these falls back to eager, with the one
+RuntimeWarning the README promises, so results are right but every later
+call is slow.  They are strict xfails so that a fix shows up as XPASS."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import trident
+
+SCALE = 1.5
+
+
+def _global_float(x):
+    return x * SCALE
+
+
+def _stays_compiled(f):
+    st = trident.stats(f)
+    assert st["fallbacks"] == 0, st["fallback_reason"]
+    assert st["fallback_reason"] is None
+
+
+@pytest.mark.xfail(reason="limitation: a float argument taking a 2nd value becomes a dynamic "
+                          "SymFloat whose guard 'not math.isnan(...)' is not translated: the "
+                          "function runs eagerly from then on", strict=True)
+def test_float_argument_changing_value_stays_compiled(h, record_warnings):
+    def fn(x, eps: float):
+        return x + eps
+
+    f = trident.jit(fn)
+    with record_warnings():
+        for eps in (1e-6, 0.5, 0.25):
+            h.check(f, fn, h.rand(3), eps)
+    _stays_compiled(f)
+
+
+@pytest.mark.xfail(reason="limitation: rebinding a float global (or closure cell) makes it a "
+                          "dynamic SymFloat (untranslated isnan guard): eager from then on",
+                   strict=True)
+def test_global_float_rebinding_stays_compiled(h, record_warnings):
+    global SCALE
+    old = SCALE
+    f = trident.jit(_global_float)
+    try:
+        with record_warnings():
+            for v in (1.5, 2.5, 3.5):
+                SCALE = v
+                h.check(f, _global_float, h.rand(3))
+    finally:
+        SCALE = old
+    _stays_compiled(f)
+
+
+@pytest.mark.xfail(reason="limitation: `key in dict_arg` gives a DICT_NOT_CONTAINS guard that "
+                          "is not translated", strict=True)
+def test_dict_membership_test_stays_compiled(h, record_warnings):
+    def fn(d):
+        return d["x"] + d["b"] if "b" in d else d["x"] * 2
+
+    f = trident.jit(fn)
+    with record_warnings():
+        h.check(f, fn, {"x": h.rand(2)})
+        h.check(f, fn, {"x": h.rand(2), "b": h.rand(2)})
+    _stays_compiled(f)
+
+
+@pytest.mark.xfail(reason="limitation: storing a Python float into a tensor (x[0] = 7.0) "
+                          "lowers to a get_attr graph node that is not supported", strict=True)
+def test_setitem_with_python_scalar_stays_compiled(h, record_warnings):
+    def fn(x):
+        x[0] = 7.0
+        return x * 2
+
+    f = trident.jit(fn)
+    with record_warnings():
+        h.check(f, fn, h.rand(3))
+    _stays_compiled(f)
+
+
+@pytest.mark.xfail(reason="limitation: Python arithmetic on .item() of a float tensor "
+                          "('symbolic arithmetic on float') is not supported", strict=True)
+def test_item_arithmetic_stays_compiled(h, record_warnings):
+    def fn(x):
+        return x.sum().item() + 1.0
+
+    f = trident.jit(fn)
+    with record_warnings():
+        for _ in range(2):
+            x = h.rand(3, dtype=torch.float64)
+            assert f(x) == pytest.approx(fn(x))
+    _stays_compiled(f)
+
+
+@pytest.mark.xfail(reason="limitation: a path that only returns an input and a Python value "
+                          "(no tensor op) makes Dynamo produce no graph, and the whole "
+                          "function, other paths included, runs eagerly from then on",
+                   strict=True)
+def test_path_without_tensor_ops_does_not_disable_other_paths(h, record_warnings):
+    def fn(x, *rest):
+        out = x
+        for r in rest:
+            out = out + r
+        return out, len(rest)
+
+    f = trident.jit(fn)
+    with record_warnings():
+        h.check(f, fn, h.rand(2))
+        h.check(f, fn, h.rand(2), h.rand(2))
+    _stays_compiled(f)
