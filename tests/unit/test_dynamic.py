@@ -162,6 +162,44 @@ def test_dynamic_numel_returned_as_python_int(h):
         h.check(f, fn, h.rand(n, 3))
 
 
+_INT_BY_VALUE = ("bug: ints in the result are mapped onto symbolic graph outputs by their "
+                 "capture-time value (lower._output_tree): ints computed from sizes that are "
+                 "not SymDefs come back as capture-time constants, and any int that equals a "
+                 "size at capture time is replaced by that size")
+
+
+@pytest.mark.xfail(reason=_INT_BY_VALUE + " (list(x.shape) gives [n, n] for an (n, 3) input)",
+                   strict=True)
+def test_dynamic_shape_as_list_returned(h):
+    def fn(x):
+        return x + 1, list(x.shape)
+
+    f = trident.jit(fn)
+    for n in (2, 3, 4, 5):
+        h.check(f, fn, h.rand(n, 3))
+
+
+@pytest.mark.xfail(reason=_INT_BY_VALUE + " (a constant 3 becomes x.shape[0])", strict=True)
+def test_constant_int_equal_to_a_dynamic_size_is_not_replaced(h):
+    def fn(x):
+        return x + 1, x.shape[0], 3
+
+    f = trident.jit(fn)
+    for n in (2, 3, 5, 7):
+        h.check(f, fn, h.rand(n))
+
+
+@pytest.mark.xfail(reason=_INT_BY_VALUE + " (a bool from a size comparison is a constant)",
+                   strict=True)
+def test_bool_from_dynamic_size_returned(h):
+    def fn(x):
+        return x + 1, x.shape[0] > 3
+
+    f = trident.jit(fn)
+    for n in (2, 3, 4, 5):
+        h.check(f, fn, h.rand(n, 3))
+
+
 def test_dynamic_slicing_with_sizes(h):
     def fn(x):
         n = x.shape[0]

@@ -149,6 +149,21 @@ def test_wrong_arity_and_unknown_keyword_are_eagers_type_errors(h):
     h.check(f, fn, h.rand(2), h.rand(2), k=1)
 
 
+def test_missing_dict_key_and_short_tuple(h):
+    def fn(d, xs):
+        return d["x"] * xs[1]
+
+    f = trident.jit(fn)
+    h.check(f, fn, {"x": h.rand(2)}, (h.rand(2), h.rand(2)))
+    e = _raises_like_eager(f, fn, {"y": h.rand(2)}, (h.rand(2), h.rand(2)))
+    assert isinstance(e, KeyError)
+    e = _raises_like_eager(f, fn, {"x": h.rand(2)}, (h.rand(2),))
+    assert isinstance(e, IndexError)
+    assert trident.stats(f)["versions"] == 1
+    assert trident.stats(f)["fallbacks"] == 0
+    h.check(f, fn, {"x": h.rand(2)}, (h.rand(2), h.rand(2)))
+
+
 def test_non_tensor_argument_where_tensor_expected(h):
     def fn(x):
         return torch.sin(x)

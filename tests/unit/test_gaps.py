@@ -112,3 +112,16 @@ def test_path_without_tensor_ops_does_not_disable_other_paths(h, record_warnings
         h.check(f, fn, h.rand(2))
         h.check(f, fn, h.rand(2), h.rand(2))
     _stays_compiled(f)
+
+
+@pytest.mark.xfail(reason="limitation: a returned torch.Size (x.shape) is not rebuilt "
+                          "('a returned value of type Size')", strict=True)
+def test_returning_a_shape_stays_compiled(h, record_warnings):
+    def fn(x):
+        return x + 1, x.shape
+
+    f = trident.jit(fn)
+    with record_warnings():
+        for n in (2, 3):
+            h.check(f, fn, h.rand(n, 3))
+    _stays_compiled(f)

@@ -444,3 +444,51 @@ def test_dtype_argument(h):
     f = trident.jit(fn)
     for dt in (torch.float32, torch.float64, torch.int64, torch.float32, torch.bfloat16):
         h.check(f, fn, h.rand(5), dt, exact=True)
+
+
+# ------------------------------------------------- global torch state
+
+
+def test_rng_ops_consume_the_global_generator_like_eager(h):
+    def fn(x):
+        return (x + torch.rand(3), torch.randn_like(x),
+                torch.nn.functional.dropout(x, 0.5, training=True))
+
+    f = trident.jit(fn)
+    for seed in (0, 1, 2, 1):
+        x = h.rand(3)
+        torch.manual_seed(seed)
+        out = f(x)
+        after_j = torch.rand(2)  # the generator advanced by the same amount
+        torch.manual_seed(seed)
+        ref = fn(x)
+        after_e = torch.rand(2)
+        h.assert_tree_equal(out, ref, exact=True)
+        assert torch.equal(after_j, after_e)
+
+
+def test_default_dtype_change_is_not_served_by_a_stale_version(h):
+    def fn(x):
+        return x + torch.ones(3), torch.arange(3) * 1.0
+
+    f = trident.jit(fn)
+    h.check(f, fn, h.rand(3))
+    old = torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(torch.float64)
+        h.check(f, fn, h.rand(3, dtype=torch.float32))
+    finally:
+        torch.set_default_dtype(old)
+    h.check(f, fn, h.rand(3))
+
+
+def test_autocast_is_not_served_by_a_stale_version(h):
+    def fn(x, w):
+        return x @ w
+
+    f = trident.jit(fn)
+    h.check(f, fn, h.rand(4, 4), h.rand(4, 4))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        h.check(f, fn, h.rand(4, 4), h.rand(4, 4))
+        h.check(f, fn, h.rand(4, 4), h.rand(4, 4))
+    h.check(f, fn, h.rand(4, 4), h.rand(4, 4))

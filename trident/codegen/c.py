@@ -111,7 +111,14 @@ class _VersionGen:
             o = self.load(leaf.source)
             return f"trt_pyint({o}, &ok)"
         if leaf.tensor not in self.meta:
-            raise UnsupportedError(f"{leaf} needs a tensor guard on {leaf.tensor} first")
+            # A tensor Dynamo reasons about without a tensor guard (a view's
+            # `_base`): read the property, failing the guard if it is absent.
+            o = self.load(leaf.tensor)
+            if isinstance(leaf, ir.TensorSize):
+                return f"api->tensor_prop({o}, 0, {leaf.dim}, &ok)"
+            if isinstance(leaf, ir.TensorStride):
+                return f"api->tensor_prop({o}, 1, {leaf.dim}, &ok)"
+            return f"api->tensor_prop({o}, 2, 0, &ok)"
         m, nd = self.meta[leaf.tensor]
         if isinstance(leaf, ir.TensorSize):
             return f"{m}[{leaf.dim}]"

@@ -75,9 +75,7 @@ class _Lowering:
             raise UnsupportedError(f"graph input of type {type(ex).__name__}")
 
     def _need_meta(self, leaf) -> None:
-        if isinstance(leaf, (ir.TensorSize, ir.TensorStride, ir.TensorOffset)):
-            if leaf.tensor not in self.tensor_guards:
-                raise UnsupportedError(f"size of {leaf.tensor}, which has no tensor guard")
+        """Sizes of unguarded tensors are read with api->tensor_prop (codegen)."""
 
     # -- expressions
     def sym_operand(self, a) -> ir.SymExpr:

@@ -79,6 +79,25 @@ void tensor_meta(PyObject* obj, int64_t* meta, int32_t nd) {
   meta[2 * nd] = impl->storage_offset();
 }
 
+int64_t tensor_prop(PyObject* obj, int32_t kind, int32_t dim, int* ok) {
+  if (!obj || !THPVariable_Check(obj)) {
+    *ok = 0;
+    return 0;
+  }
+  const at::Tensor& t = THPVariable_Unpack(obj);
+  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  if (impl->layout() != c10::kStrided) {
+    *ok = 0;
+    return 0;
+  }
+  if (kind == 2) return impl->storage_offset();
+  if (dim < 0 || dim >= impl->dim()) {
+    *ok = 0;
+    return 0;
+  }
+  return kind == 0 ? impl->sizes()[dim] : impl->strides()[dim];
+}
+
 void global_state_snapshot(trt_global_state* g) {
   int64_t* w = g->w;
   for (int i = 0; i < TRT_GLOBAL_STATE_WORDS; ++i) w[i] = 0;
@@ -396,7 +415,7 @@ int op_call(trt_op* op, trt_frame* f) {
 }
 
 const trt_api kApi = {
-    TRT_ABI_VERSION, tensor_match,   tensor_meta,    global_state_match, frame_acquire,
+    TRT_ABI_VERSION, tensor_match,   tensor_meta,    tensor_prop, global_state_match, frame_acquire,
     frame_release,   frame_set_tensor, frame_set_int, frame_set_double,  frame_get_int,
     frame_list_item, frame_to_py,    op_new,         op_free,            op_call,
     trident::launch_new, trident::launch_call, trident::launch_free};

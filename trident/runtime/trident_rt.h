@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct or the api table below changes shape. */
-#define TRT_ABI_VERSION 2
+#define TRT_ABI_VERSION 3
 
 /* Status codes returned by an SCM entry through its `status` argument. */
 enum {
@@ -149,6 +149,10 @@ typedef struct trt_api {
   int (*tensor_match)(PyObject *obj, const trt_tensor_spec *spec, int64_t *meta);
   /* Writes sizes, strides and storage offset of a tensor known to match. */
   void (*tensor_meta)(PyObject *obj, int64_t *meta, int32_t ndim);
+  /* Size (kind 0), stride (1) or storage offset (2) of dimension `dim` of a
+     tensor that has no tensor guard (e.g. the `_base` of an input view).
+     Sets *ok = 0 if `obj` is not a tensor or has no such dimension. */
+  int64_t (*tensor_prop)(PyObject *obj, int32_t kind, int32_t dim, int *ok);
   /* 1 if the current global state equals `captured`, else 0. */
   int (*global_state_match)(const trt_global_state *captured);
 
