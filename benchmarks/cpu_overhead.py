@@ -241,7 +241,8 @@ def render(results: list, date: str, rounds: int, loads: tuple) -> str:
         rng = "; ".join(f"{m} {lo:.2f}-{hi:.2f}" for m, (lo, hi) in r["spread"].items())
         first = ", ".join(f"{m} {s:.2f} s" for m, s in r["first_call_s"].items() if m != "eager")
         lines.append(f"- **{c.name}**: {c.what}. vs eager: {chk}. "
-                     f"Round range (us): {rng}. First calls (capture/compile + check): {first}.")
+                     f"Round range (us): {rng}. First calls, capture or compile included "
+                     f"(on-disk caches may be warm): {first}.")
     return "\n".join(lines) + "\n"
 
 

@@ -68,8 +68,7 @@ def versions(f) -> list:
 def stats(f):
     """Counters: misses, captures, fallbacks, and per-version hits."""
     scm = _scm_of(f)
-    mod = scm.function._module
-    hits = [h for h, _ in mod.stats()] if mod is not None else []
+    hits = scm.hits()
     return {"misses": scm.stats.misses, "captures": scm.stats.captures,
             "fallbacks": scm.stats.fallbacks, "versions": len(scm.versions), "hits": hits,
             "fallback_reason": scm.fallback_reason}

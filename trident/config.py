@@ -32,6 +32,9 @@ KNOBS = {
              "(the default for jit(strict=None))."),
         Knob("TRIDENT_MAX_VERSIONS", "16", "Default recompile limit per function."),
         Knob("TRIDENT_DISABLE", "0", "1: trident.jit returns functions that run eagerly."),
+        Knob("TRIDENT_BOXED_ONLY", "0", "1: call every ATen operator through the boxed "
+             "dispatcher, without the runtime's typed fast paths (read by the runtime at "
+             "SCM load; for benchmarks)."),
         Knob("TRIDENT_ASSERT_NO_RECOMPILE", "0", "1: a specialization miss after the "
              "first version raises RecompileError (for tests and serving)."),
     )

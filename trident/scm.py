@@ -57,13 +57,35 @@ class SCM:
         self.c_source: str | None = None
         self.so_path: Path | None = None
         self.rt = build.runtime_module()
-        self.function = self.rt.Function(fn, self.miss)
+        self._tls = threading.local()
+        self._hit_base: list[int] = []  # hits of versions counted by earlier SCMs
+        self.function = self.rt.Function(fn, self._miss_entry)
         self._signature = inspect.signature(fn)
 
     # -- the miss path -------------------------------------------------------
+    def _miss_entry(self, *args, **kwargs):
+        # Remember which SCM this thread missed in, before waiting for the lock.
+        self._tls.module = self.function._module
+        try:
+            return self.miss(*args, **kwargs)
+        finally:
+            self._tls.module = None
+
     def miss(self, *args, **kwargs):
         with self.lock:
+            # Another thread may have installed a version serving this call
+            # while this one waited for the lock: try the SCM once more.
+            if self.versions and not getattr(self._tls, "retrying", False) \
+                    and self.function._module is not self._tls_module():
+                self._tls.retrying = True
+                try:
+                    return self.function(*args, **kwargs)
+                finally:
+                    self._tls.retrying = False
             return self._miss(args, kwargs)
+
+    def _tls_module(self):
+        return getattr(self._tls, "module", None)
 
     def _miss(self, args, kwargs):
         if self.fallback_reason is not None:
@@ -80,9 +102,10 @@ class SCM:
         if self.versions and config.assert_no_recompile():
             raise RecompileError(f"{self.fn.__qualname__}: specialization miss ({reason})")
         if len(self.versions) >= self.options.max_versions:
+            result = self.fn(*args, **kwargs)  # eager's own error, if any, stays an error
             return self._fall_back(
                 f"recompile limit max_versions={self.options.max_versions} reached "
-                f"(last miss: {reason})", args, kwargs)
+                f"(last miss: {reason})", None, None, result=result)
         if self.versions:
             log.info("trident: recompiling %s: %s", self.fn.__qualname__, reason)
         del mod
@@ -123,6 +146,11 @@ class SCM:
         so = build.build_scm(src)
         consts = cgen.consts_tuple(self.fn.__globals__, _builtins_of(self.fn), versions)
         module = self.rt.load_scm(str(so), consts)
+        old = self.function._module
+        if old is not None:
+            for i, (hits, _) in enumerate(old.stats()):
+                self._hit_base[i] += hits
+        self._hit_base += [0] * (len(versions) - len(self._hit_base))
         # Only now, with the whole new SCM loaded, does the callable switch.
         self.function._install(module)
         self.versions = versions
@@ -132,17 +160,23 @@ class SCM:
         _dump_text(f"{self.fn.__qualname__}.scm.c", src)
 
     def _fall_back(self, reason: str, args, kwargs, result=None):
-        if self.options.strict or config.strict():
+        if self.options.strict:  # TRIDENT_STRICT was folded in by jit()
             raise UnsupportedError(f"trident.jit({self.fn.__qualname__}): {reason}")
         self.stats.fallbacks += 1
         if self.fallback_reason is None:
             self.fallback_reason = reason
             warnings.warn(f"trident.jit({self.fn.__qualname__}) runs eagerly from now on: "
-                          f"{reason}", RuntimeWarning, stacklevel=4)
+                          f"{reason}", RuntimeWarning, stacklevel=5)
             self.function._install(None)
         if args is not None:
             return self.fn(*args, **kwargs)
         return result
+
+    def hits(self) -> list[int]:
+        mod = self.function._module
+        cur = [h for h, _ in mod.stats()] if mod is not None else []
+        cur += [0] * (len(self._hit_base) - len(cur))
+        return [b + c for b, c in zip(self._hit_base, cur)]
 
     def _miss_reason(self) -> str:
         if not self.versions:
@@ -160,6 +194,7 @@ class SCM:
     def explain(self) -> str:
         mod = self.function._module
         stats = mod.stats() if mod is not None else [(0, -1)] * len(self.versions)
+        stats = [(h, f) for h, (_, f) in zip(self.hits(), stats)]
         out = [f"trident.jit({self.fn.__qualname__}): {len(self.versions)} version(s), "
                f"{self.stats.misses} miss(es), {self.stats.fallbacks} eager fallback(s)"]
         if self.fallback_reason:

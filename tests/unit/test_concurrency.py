@@ -55,10 +55,6 @@ def test_first_calls_from_eight_threads_with_different_shapes(h):
     assert st["versions"] >= 8  # 8 distinct (n, k) pairs were called
 
 
-@pytest.mark.xfail(reason="bug: threads missing on the same new shape at once each capture "
-                          "a duplicate version (SCM._miss does not re-check the installed "
-                          "SCM after taking the lock); duplicates eat max_versions",
-                   strict=True)
 def test_simultaneous_misses_on_one_shape_capture_one_version(h):
     f = trident.jit(h.fresh(_fn), dynamic=False)
     x, w = torch.randn(4, 3), torch.randn(3, 2)

@@ -5,7 +5,6 @@ dynamic=True: from the first capture; dynamic=False: always specialize)."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 import trident
 
@@ -38,8 +37,6 @@ def test_growth_on_each_miss(h):
     assert trident.stats(f)["misses"] == 4
 
 
-@pytest.mark.xfail(reason="bug: per-version hit counters are reset to 0 whenever a miss "
-                          "rebuilds the SCM (stats()/explain() lose earlier hits)", strict=True)
 def test_hit_counters_survive_a_rebuild(h):
     f = trident.jit(_rowsum, dynamic=False)
     for _ in range(3):
@@ -150,9 +147,6 @@ def test_dynamic_size_returned_as_python_int(h):
         h.check(f, fn, h.rand(n, 3))
 
 
-@pytest.mark.xfail(reason="bug: a Python int computed from a dynamic size by x.numel() "
-                          "(aten::sym_numel) is returned as its capture-time constant",
-                   strict=True)
 def test_dynamic_numel_returned_as_python_int(h):
     def fn(x):
         return x.numel(), x.sum()
@@ -168,8 +162,6 @@ _INT_BY_VALUE = ("bug: ints in the result are mapped onto symbolic graph outputs
                  "size at capture time is replaced by that size")
 
 
-@pytest.mark.xfail(reason=_INT_BY_VALUE + " (list(x.shape) gives [n, n] for an (n, 3) input)",
-                   strict=True)
 def test_dynamic_shape_as_list_returned(h):
     def fn(x):
         return x + 1, list(x.shape)
@@ -179,7 +171,6 @@ def test_dynamic_shape_as_list_returned(h):
         h.check(f, fn, h.rand(n, 3))
 
 
-@pytest.mark.xfail(reason=_INT_BY_VALUE + " (a constant 3 becomes x.shape[0])", strict=True)
 def test_constant_int_equal_to_a_dynamic_size_is_not_replaced(h):
     def fn(x):
         return x + 1, x.shape[0], 3
@@ -189,8 +180,6 @@ def test_constant_int_equal_to_a_dynamic_size_is_not_replaced(h):
         h.check(f, fn, h.rand(n))
 
 
-@pytest.mark.xfail(reason=_INT_BY_VALUE + " (a bool from a size comparison is a constant)",
-                   strict=True)
 def test_bool_from_dynamic_size_returned(h):
     def fn(x):
         return x + 1, x.shape[0] > 3

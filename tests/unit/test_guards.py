@@ -245,9 +245,6 @@ def test_closure_int_cell_changed_through_setter(h):
     assert trident.stats(f)["fallbacks"] == 0
 
 
-@pytest.mark.xfail(reason="bug: an int closure cell that Dynamo made dynamic, returned as is, "
-                          "comes back as its capture-time value (same root cause as a "
-                          "returned dynamic int argument)", strict=True)
 def test_closure_int_cell_returned_after_setter(h):
     fn, set_k = _make_int_closure(2)
     f = trident.jit(fn)

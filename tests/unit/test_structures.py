@@ -140,9 +140,9 @@ def test_nested_containers_as_input(h):
         return a @ b + rest[0]["t"] * cfg["k"]
 
     f = trident.jit(fn)
-    mk = lambda k: {"pair": (h.rand(2, 3), h.rand(3, 2)), "rest": [{"t": h.rand(2)}], "k": k}  # noqa: E731
     for k in (1, 1, 2, 1.5):
-        h.check(f, fn, mk(k))
+        cfg = {"pair": (h.rand(2, 3), h.rand(3, 2)), "rest": [{"t": h.rand(2)}], "k": k}
+        h.check(f, fn, cfg)
 
 
 def test_same_tensor_passed_twice(h):
@@ -227,8 +227,6 @@ def test_return_python_int_argument_static(h):
         h.check(f, fn, h.rand(3), n)
 
 
-@pytest.mark.xfail(reason="bug: an int argument Dynamo made dynamic, returned as is, comes "
-                          "back as the capture-time value (returns 3 for n=4)", strict=True)
 def test_return_python_int_argument_dynamic(h):
     def fn(x, n: int):
         return x * n, n

@@ -42,6 +42,7 @@ class Capture:
     result: object
     graph_outputs: list  # the runner's outputs for the capturing call
     launches: list  # LaunchRecord per Triton launch, in graph order
+    ret: object  # the return value as Dynamo knows it (see _describe_return)
     tf_mode_stack_len: int
     dynamic: bool = False
     notes: list = field(default_factory=list)
@@ -115,6 +116,10 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
             inputs.append(GraphInput(ga.source if ga is not None else None, ex))
             fakes.append(ex)
         st["inputs"] = inputs
+        try:
+            st["ret"] = _describe_return(tx, gm)
+        except UnsupportedError as e:
+            st["unsupported"] = str(e)
         fake_mode = None
         for f in fakes:
             if isinstance(f, torch._subclasses.fake_tensor.FakeTensor):
@@ -218,8 +223,84 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
         guard_entries=st.get("entries", []), shape_exprs=st.get("shape_exprs", []),
         sizes_strides=st["sizes"], global_state=gstate, result=result,
         graph_outputs=st.get("outs", []), launches=st.get("launches", []),
+        ret=st.get("ret"),
         tf_mode_stack_len=tf_len,
         dynamic=bool(dynamic))
+
+
+def _describe_return(tx, gm):
+    """The function's return value as Dynamo tracks it, as plain data:
+    ("out", i, kind)  the i-th graph output (kind: tensor | int | bool)
+    ("in", j, kind)   the j-th graph input, returned as it came in
+    ("const", value)  a constant under this version's guards
+    ("seq", "tuple"|"list", [items]) / ("dict", [(key, item)])
+    Dynamo rebuilds the result from exactly this, so nothing is guessed."""
+    from torch._dynamo.variables import (ConstantVariable, ConstDictVariable, ListVariable,
+                                         SymNodeVariable, TensorVariable, TupleVariable)
+
+    if not tx.stack:
+        raise UnsupportedError("cannot see the function's return value")
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    outs = out_node.args[0]
+    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+    out_pos = {id(n): i for i, n in enumerate(outs) if isinstance(n, torch.fx.Node)}
+    in_pos = {id(n): j for j, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
+
+    def expr_of(node):
+        ev = node.meta.get("example_value")
+        return ev.node.expr if isinstance(ev, (torch.SymInt, torch.SymBool)) else None
+
+    def node_ref(vt, kind):
+        node = vt.proxy.node
+        if kind != "tensor":
+            # Dynamo returns a symbolic value through whichever graph value
+            # carries the same expression (e.g. the placeholder s0 for x.size(0)).
+            num = vt.sym_num
+            if not isinstance(num, (torch.SymInt, torch.SymBool)):
+                return ("const", num)
+            e = num.node.expr
+            for i, n in enumerate(outs):
+                if isinstance(n, torch.fx.Node) and expr_of(n) == e:
+                    return ("out", i, kind)
+            for n in gm.graph.nodes:
+                if n.op == "placeholder" and expr_of(n) == e:
+                    return ("in", in_pos[id(n)], kind)
+        if id(node) in out_pos:
+            return ("out", out_pos[id(node)], kind)
+        if id(node) in in_pos:
+            return ("in", in_pos[id(node)], kind)
+        if kind == "tensor" and getattr(vt, "source", None) is not None:
+            return ("source", vt.source)  # an input Dynamo pruned from the graph
+        raise UnsupportedError(f"returned {kind} {node.name} is not a graph value")
+
+    def walk(vt, depth=0):
+        if depth > 32:
+            raise UnsupportedError("result nested too deeply")
+        if isinstance(vt, TensorVariable):
+            return node_ref(vt, "tensor")
+        if isinstance(vt, SymNodeVariable):
+            t = vt.python_type()
+            if t not in (int, bool):
+                raise UnsupportedError(f"a returned symbolic {t.__name__}")
+            return node_ref(vt, t.__name__)
+        if isinstance(vt, ConstantVariable):
+            return ("const", vt.as_python_constant())
+        if type(vt) in (TupleVariable, ListVariable):
+            kind = "tuple" if type(vt) is TupleVariable else "list"
+            return ("seq", kind, [walk(i, depth + 1) for i in vt.items])
+        if type(vt) is ConstDictVariable and vt.python_type() is dict:
+            items = []
+            for k, v in vt.items.items():
+                key = k.vt.as_python_constant() if hasattr(k, "vt") else k
+                items.append((key, walk(v, depth + 1)))
+            return ("dict", items)
+        if vt.is_python_constant():
+            v = vt.as_python_constant()
+            if type(v) in (int, float, bool, str, type(None), torch.dtype, torch.device):
+                return ("const", v)
+        raise UnsupportedError(f"a returned {type(vt).__name__}")
+
+    return walk(tx.stack[-1])
 
 
 def _is_triton_node(n) -> bool:

@@ -15,6 +15,7 @@ the state struct, so two SCMs built from identical text stay independent.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 from ..errors import UnsupportedError
@@ -345,7 +346,8 @@ class _VersionGen:
         if isinstance(o, ir.OutSlot):
             self.lines.append(f"  {var} = api->frame_to_py(F, {o.slot}); if (!{var}) goto error;")
         elif isinstance(o, ir.OutSym):
-            self.lines.append(f"  {var} = PyLong_FromLongLong({o.var}); if (!{var}) goto error;")
+            ctor = "PyBool_FromLong" if o.kind == "bool" else "PyLong_FromLongLong"
+            self.lines.append(f"  {var} = {ctor}({o.var}); if (!{var}) goto error;")
         elif isinstance(o, ir.OutConst):
             self.lines.append(f"  {var} = {self.K(o.const)}; Py_INCREF({var});")
         elif isinstance(o, ir.OutSource):
@@ -410,8 +412,13 @@ PRECONDITION_LATE = (
     "eager mode (trident.jit(..., strict=False) falls back once this is reported)")
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
 def _comment(s: str) -> str:
-    return s.replace("*/", "* /").replace("\n", " ")
+    # No memory addresses: the text (and so the build hash) must not change
+    # from one process to the next.
+    return _ADDRESS.sub("", s).replace("*/", "* /").replace("\n", " ")
 
 
 def _cdouble(x: float) -> str:

@@ -221,7 +221,8 @@ def translate(entries, cap, fn, consts: ConstPool, rt) -> tuple:
     distinct = [s for s in dict.fromkeys(tensor_sources) if s not in duplicates]
     if len(distinct) > 1:
         last.insert(0, ir.Distinct(tuple(distinct)))
-    return tuple(first + per_source + last)
+    # Dynamo can record one check twice (e.g. CONSTANT_MATCH from two paths).
+    return tuple(dict.fromkeys(first + per_source + last))
 
 
 def _keyword(guard, name):

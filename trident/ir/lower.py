@@ -245,57 +245,55 @@ def lower(cap, conv, consts, rt, guards) -> tuple:
                 raise UnsupportedError("multi-output value returned")
         else:
             out_vals.append(None if o is None else o)
-    output = _output_tree(cap, out_vals, conv, consts)
+    output = _output_tree(cap, out_vals, conv, consts, lo, placeholders)
     return tuple(lo.program), output, lo.nslots
 
 
-_LEAF_TYPES = (int, float, bool, str, type(None), torch.dtype, torch.device)
+_CONST_TYPES = (int, float, bool, str, type(None), torch.dtype, torch.device)
 
 
-def _output_tree(cap, out_vals, conv, consts) -> ir.Out:
-    """Map the capturing call's real result onto graph outputs by identity."""
-    from torch._dynamo.source import LocalSource
+def _output_tree(cap, out_vals, conv, consts, lo, placeholders) -> ir.Out:
+    """The result as Dynamo rebuilds it (cap.ret), over IR values."""
+    if cap.ret is None:
+        raise UnsupportedError("no description of the return value")
 
-    outs = cap.graph_outputs
-    inputs = []
-    for gin in cap.inputs:
-        inputs.append(gin)
+    def ref(kind, v):
+        if kind == "bool" and isinstance(v, ir.OutSym):
+            return ir.OutSym(v.var, "bool")
+        return v
 
-    def input_source_of(obj):
-        # Tensors passed in and returned unchanged (e.g. after an in-place op).
-        for e in cap.guard_entries:
-            if e.guard_type == "TENSOR_MATCH" and e.value is obj:
-                return conv(e.orig_guard.originating_source)
-        return None
-
-    def build(obj, depth=0):
-        if depth > 32:
-            raise UnsupportedError("result nested too deeply")
-        if isinstance(obj, torch.Tensor):
-            for i, o in enumerate(outs):
-                if o is obj and isinstance(out_vals[i], ir.OutSlot):
-                    return out_vals[i]
-            s = input_source_of(obj)
-            if s is not None:
-                return ir.OutSource(s)
-            raise UnsupportedError("a returned tensor is neither a graph output nor an input")
-        if type(obj) in (tuple, list):
-            return ir.OutSeq(type(obj).__name__, tuple(build(x, depth + 1) for x in obj))
-        if type(obj) is dict:
-            keys = tuple(obj.keys())
+    def build(d):
+        tag = d[0]
+        if tag == "out":
+            _, i, kind = d
+            v = out_vals[i]
+            if v is None:
+                raise UnsupportedError("a returned graph output is None")
+            return ref(kind, v)
+        if tag == "in":
+            _, j, kind = d
+            gin = cap.inputs[j]
+            if kind == "tensor":
+                return ir.OutSource(conv(gin.source))
+            val = lo.vals[placeholders[j]]
+            if val[0] != "sym":
+                raise UnsupportedError("a returned input scalar")
+            return ir.OutSym(val[1], kind)
+        if tag == "source":
+            return ir.OutSource(conv(d[1]))
+        if tag == "const":
+            v = d[1]
+            if type(v) not in _CONST_TYPES:
+                raise UnsupportedError(f"a returned constant of type {type(v).__name__}")
+            return ir.OutConst(consts.add(v), repr(v))
+        if tag == "seq":
+            return ir.OutSeq(d[1], tuple(build(x) for x in d[2]))
+        if tag == "dict":
+            keys = [k for k, _ in d[1]]
             if not all(type(k) in (str, int) for k in keys):
                 raise UnsupportedError("a returned dict has non-constant keys")
             return ir.OutDict(tuple(consts.add(k) for k in keys), tuple(repr(k) for k in keys),
-                              tuple(build(obj[k], depth + 1) for k in keys))
-        if type(obj) in _LEAF_TYPES:
-            if type(obj) is int:
-                for i, o in enumerate(outs):
-                    if type(o) is int and o == obj and isinstance(out_vals[i], ir.OutSym):
-                        return out_vals[i]
-            if type(obj) is float and any(type(o) is float for o in outs):
-                raise UnsupportedError("a returned float may be computed by the graph")
-            return ir.OutConst(consts.add(obj), repr(obj))
-        raise UnsupportedError(f"a returned value of type {type(obj).__name__}")
+                              tuple(build(v) for _, v in d[1]))
+        raise UnsupportedError(f"result element {tag}")
 
-    _ = LocalSource
-    return build(cap.result)
+    return build(cap.ret)

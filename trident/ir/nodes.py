@@ -411,7 +411,8 @@ class Call:
 
     def __str__(self) -> str:
         outs = ", ".join(f"%{o}" for o in self.outs) or "_"
-        return f"{outs} = {self.op}.{self.overload}({', '.join(map(str, self.args))})"
+        name = f"{self.op}.{self.overload}" if self.overload else self.op
+        return f"{outs} = {name}({', '.join(map(str, self.args))})"
 
 
 @dataclass(frozen=True)
@@ -480,9 +481,10 @@ class OutSlot:
 @dataclass(frozen=True)
 class OutSym:
     var: str
+    kind: str = "int"  # int | bool
 
     def __str__(self) -> str:
-        return self.var
+        return self.var if self.kind == "int" else f"bool({self.var})"
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@
 #include <Python.h>
 #include <dlfcn.h>
 
+#include <ATen/Operators.h>
 #include <ATen/Parallel.h>
 #include <ATen/ScalarOps.h>
 #include <ATen/PythonTorchFunctionTLS.h>
@@ -125,6 +126,8 @@ void global_state_snapshot(trt_global_state* g) {
   w[18] = c10::impl::TorchDispatchModeTLS::stack_len();
   w[19] = at::autocast::is_autocast_enabled(at::kXPU);
   w[20] = at::autocast::is_autocast_cache_enabled();
+  w[21] = static_cast<int64_t>(ctx.float32MatmulPrecision());  // covers allow_tf32 (cuBLAS)
+  w[22] = ctx.allowTF32CuDNN();
 }
 
 int global_state_match(const trt_global_state* captured) {
@@ -251,11 +254,17 @@ struct ArgEnc {
 
 }  // namespace
 
+struct trt_op;
+// A typed fast path: returns false when the arguments are not what it
+// expects (then the boxed call runs).  Chosen at op_new by schema name.
+using FastFn = bool (*)(const trt_op*, trt_frame*);
+
 struct trt_op {
   c10::OperatorHandle handle;
   std::vector<ArgEnc> args;
   std::vector<int32_t> outs;
   std::string name;
+  FastFn fast = nullptr;
   explicit trt_op(c10::OperatorHandle h) : handle(std::move(h)) {}
 };
 
@@ -284,6 +293,9 @@ ElemKind list_elem_kind(const c10::TypePtr& ty) {
     if (oe->getElementType()->kind() == c10::TypeKind::TensorType) return ElemKind::OptTensor;
   return ElemKind::Generic;
 }
+
+bool boxed_only();
+FastFn find_fast(const c10::FunctionSchema& schema);
 
 trt_op* op_new(const char* name, const char* overload, int32_t nargs, const trt_arg* args,
                int32_t nouts, const int32_t* outs) {
@@ -337,6 +349,7 @@ trt_op* op_new(const char* name, const char* overload, int32_t nargs, const trt_
     op->args.push_back(std::move(e));
   }
   op->outs.assign(outs, outs + nouts);
+  if (nouts == 1 && !boxed_only()) op->fast = find_fast(schema);
   return op.release();
   END_HANDLE_TH_ERRORS_RET(nullptr)
 }
@@ -389,8 +402,77 @@ c10::IValue build_list(const ArgEnc& e, trt_frame* f) {
 
 thread_local std::vector<c10::IValue> call_stack;
 
+// ---- typed fast paths for hot operators (skip boxing; see benchmarks/) ----
+
+inline const c10::IValue* arg_value(const trt_op* op, trt_frame* f, size_t k) {
+  const ArgEnc& e = op->args[k];
+  if (e.kind == TRT_ARG_SLOT) return &f->slots[e.slot];
+  if (e.kind == TRT_ARG_LIST) return nullptr;
+  return &e.constant;
+}
+
+template <at::Tensor (*Fn)(const at::Tensor&)>
+bool fast_unary(const trt_op* op, trt_frame* f) {
+  const c10::IValue* a = arg_value(op, f, 0);
+  if (!a || !a->isTensor()) return false;
+  f->slots[op->outs[0]] = c10::IValue(Fn(a->toTensor()));
+  return true;
+}
+
+template <at::Tensor (*Fn)(const at::Tensor&, const at::Tensor&)>
+bool fast_binary(const trt_op* op, trt_frame* f) {
+  const c10::IValue* a = arg_value(op, f, 0);
+  const c10::IValue* b = arg_value(op, f, 1);
+  if (!a || !b || !a->isTensor() || !b->isTensor()) return false;
+  f->slots[op->outs[0]] = c10::IValue(Fn(a->toTensor(), b->toTensor()));
+  return true;
+}
+
+template <at::Tensor (*Fn)(const at::Tensor&, const at::Tensor&, const c10::Scalar&)>
+bool fast_binary_alpha(const trt_op* op, trt_frame* f) {
+  const c10::IValue* a = arg_value(op, f, 0);
+  const c10::IValue* b = arg_value(op, f, 1);
+  const c10::IValue* c = arg_value(op, f, 2);
+  if (!a || !b || !c || !a->isTensor() || !b->isTensor() || !(c->isInt() || c->isDouble()))
+    return false;
+  f->slots[op->outs[0]] = c10::IValue(Fn(a->toTensor(), b->toTensor(), c->toScalar()));
+  return true;
+}
+
+#define TRT_UNARY(name) \
+  {"aten::" #name, "", fast_unary<at::_ops::name::call>}
+#define TRT_BINARY(name, ov) \
+  {"aten::" #name, #ov, fast_binary<at::_ops::name##_##ov::call>}
+
+struct FastEntry {
+  const char* name;
+  const char* overload;
+  FastFn fn;
+};
+
+const FastEntry kFast[] = {
+    TRT_UNARY(relu), TRT_UNARY(neg), TRT_UNARY(exp), TRT_UNARY(sigmoid), TRT_UNARY(tanh),
+    TRT_UNARY(rsqrt), TRT_UNARY(sqrt), TRT_UNARY(sin), TRT_UNARY(cos), TRT_UNARY(t),
+    TRT_BINARY(mul, Tensor), TRT_BINARY(div, Tensor),
+    {"aten::mm", "", fast_binary<at::_ops::mm::call>},
+    {"aten::add", "Tensor", fast_binary_alpha<at::_ops::add_Tensor::call>},
+    {"aten::sub", "Tensor", fast_binary_alpha<at::_ops::sub_Tensor::call>},
+};
+
+bool boxed_only() {
+  const char* v = std::getenv("TRIDENT_BOXED_ONLY");
+  return v && v[0] == '1';
+}
+
+FastFn find_fast(const c10::FunctionSchema& schema) {
+  for (const auto& e : kFast)
+    if (schema.name() == e.name && schema.overload_name() == e.overload) return e.fn;
+  return nullptr;
+}
+
 int op_call(trt_op* op, trt_frame* f) {
   HANDLE_TH_ERRORS
+  if (op->fast && op->fast(op, f)) return TRT_OK;
   std::vector<c10::IValue>& stack = call_stack;
   stack.clear();
   for (const ArgEnc& e : op->args) {
