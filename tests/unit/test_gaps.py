@@ -25,9 +25,6 @@ def _stays_compiled(f):
     assert st["fallback_reason"] is None
 
 
-@pytest.mark.xfail(reason="limitation: a float argument taking a 2nd value becomes a dynamic "
-                          "SymFloat whose guard 'not math.isnan(...)' is not translated: the "
-                          "function runs eagerly from then on", strict=True)
 def test_float_argument_changing_value_stays_compiled(h, record_warnings):
     def fn(x, eps: float):
         return x + eps
@@ -39,9 +36,6 @@ def test_float_argument_changing_value_stays_compiled(h, record_warnings):
     _stays_compiled(f)
 
 
-@pytest.mark.xfail(reason="limitation: rebinding a float global (or closure cell) makes it a "
-                          "dynamic SymFloat (untranslated isnan guard): eager from then on",
-                   strict=True)
 def test_global_float_rebinding_stays_compiled(h, record_warnings):
     global SCALE
     old = SCALE

@@ -489,3 +489,23 @@ def test_autocast_is_not_served_by_a_stale_version(h):
         h.check(f, fn, h.rand(4, 4), h.rand(4, 4))
         h.check(f, fn, h.rand(4, 4), h.rand(4, 4))
     h.check(f, fn, h.rand(4, 4), h.rand(4, 4))
+
+
+def test_matmul_precision_change_is_a_miss(h):
+    """allow_tf32 / float32_matmul_precision are part of Dynamo's global state."""
+
+    def fn(a, b):
+        return a @ b
+
+    f = trident.jit(h.fresh(fn))
+    a, b = torch.randn(4, 5), torch.randn(5, 3)
+    old = torch.get_float32_matmul_precision()
+    try:
+        torch.testing.assert_close(f(a, b), fn(a, b))
+        torch.set_float32_matmul_precision("high" if old != "high" else "highest")
+        torch.testing.assert_close(f(a, b), fn(a, b))
+        assert trident.stats(f)["versions"] == 2
+    finally:
+        torch.set_float32_matmul_precision(old)
+    torch.testing.assert_close(f(a, b), fn(a, b))
+    assert trident.stats(f)["versions"] == 2

@@ -192,7 +192,11 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
     gstate = global_state_fn()
     tf_len = torch._C._len_torch_function_stack()
     try:
-        result = compiled(*args, **kwargs)
+        # Python floats are specialized (a new value is a new version), as in
+        # torch.compile's defaults before 2.6: a dynamic float needs float
+        # shape guards (math.isnan ...) the SCM does not evaluate.
+        with torch._dynamo.config.patch(specialize_float=True):
+            result = compiled(*args, **kwargs)
     except _GraphRunError as e:
         raise e.exc from None
     except Exception as e:  # noqa: BLE001

@@ -436,7 +436,7 @@ class LaunchParam:
     dtype: int     # ptr: c10::ScalarType the CUBIN was compiled for (-1: any)
 
     def __str__(self) -> str:
-        pre = " %16" if self.div16 else ""
+        pre = "[div16]" if self.div16 else ""
         if self.kind == "one":
             return f"{self.name}={self.arg}==1"
         return f"{self.name}:{self.kind}{pre}={self.arg}"

@@ -104,10 +104,8 @@ void global_state_snapshot(trt_global_state* g) {
   for (int i = 0; i < TRT_GLOBAL_STATE_WORDS; ++i) w[i] = 0;
   w[0] = c10::GradMode::is_enabled();
   w[1] = c10::InferenceMode::is_enabled();
-  w[2] = at::autocast::is_autocast_enabled(at::kCPU);
-  w[3] = at::autocast::is_autocast_enabled(at::kCUDA);
-  w[4] = static_cast<int64_t>(at::autocast::get_autocast_dtype(at::kCPU));
-  w[5] = static_cast<int64_t>(at::autocast::get_autocast_dtype(at::kCUDA));
+  // w[2..5] unused (autocast state is in w[24..43], for every device type
+  // Dynamo's GlobalStateGuard checks).
   auto& ctx = at::globalContext();
   w[6] = ctx.deterministicAlgorithms();
   w[7] = ctx.deterministicAlgorithmsWarnOnly();
@@ -124,10 +122,14 @@ void global_state_snapshot(trt_global_state* g) {
   w[16] = static_cast<int64_t>(local.included_.raw_repr());
   w[17] = static_cast<int64_t>(local.excluded_.raw_repr());
   w[18] = c10::impl::TorchDispatchModeTLS::stack_len();
-  w[19] = at::autocast::is_autocast_enabled(at::kXPU);
   w[20] = at::autocast::is_autocast_cache_enabled();
   w[21] = static_cast<int64_t>(ctx.float32MatmulPrecision());  // covers allow_tf32 (cuBLAS)
   w[22] = ctx.allowTF32CuDNN();
+  int k = 24;
+  for (at::DeviceType dt : at::autocast::_AUTOCAST_SUPPORTED_DEVICES) {
+    w[k++] = at::autocast::is_autocast_enabled(dt);
+    w[k++] = static_cast<int64_t>(at::autocast::get_autocast_dtype(dt));
+  }
 }
 
 int global_state_match(const trt_global_state* captured) {
@@ -895,6 +897,46 @@ PyObject* py_enum_code(PyObject*, PyObject* o) {
   return nullptr;
 }
 
+// launch_pack_for_test(params, values): pack a Triton launch's parameters
+// without a GPU, exactly as launch_call would.  params: [(kind, slot, ival,
+// dval, div16, dtype)], values: the frame (tensors, ints, floats).  Returns
+// the packed bytes, or None when a precondition fails.
+PyObject* py_launch_pack_for_test(PyObject*, PyObject* args) {
+  PyObject *params, *values;
+  if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &params, &PyList_Type, &values))
+    return nullptr;
+  HANDLE_TH_ERRORS
+  std::vector<trt_launch_param> ps;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(params); ++i) {
+    trt_launch_param p;
+    long long ival;
+    if (!PyArg_ParseTuple(PyList_GET_ITEM(params, i), "iiLdii", &p.kind, &p.slot, &ival, &p.dval,
+                          &p.div16, &p.dtype))
+      return nullptr;
+    p.ival = ival;
+    ps.push_back(p);
+  }
+  trt_launch_spec spec = {"test", "", 0, 4, 1, 0, 0, 0, static_cast<int32_t>(ps.size()),
+                          ps.data()};
+  trt_launch* l = trident::launch_new(&spec);
+  if (!l) return nullptr;
+  trt_frame* f = frame_acquire(static_cast<int32_t>(PyList_GET_SIZE(values)));
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values); ++i) {
+    PyObject* v = PyList_GET_ITEM(values, i);
+    if (THPVariable_Check(v))
+      frame_set_tensor(f, static_cast<int32_t>(i), v);
+    else if (PyFloat_Check(v))
+      frame_set_double(f, static_cast<int32_t>(i), PyFloat_AsDouble(v));
+    else
+      frame_set_int(f, static_cast<int32_t>(i), PyLong_AsLongLong(v));
+  }
+  PyObject* out = trident::launch_pack_for_test(l, f);
+  frame_release(f);
+  trident::launch_free(l);
+  return out;
+  END_HANDLE_TH_ERRORS
+}
+
 PyObject* py_api_address(PyObject*, PyObject*) {
   return PyLong_FromVoidPtr(const_cast<trt_api*>(&kApi));
 }
@@ -904,6 +946,8 @@ PyMethodDef rt_methods[] = {
     {"global_state", py_global_state, METH_NOARGS, "snapshot of the global-state guard"},
     {"dispatch_keys", py_dispatch_keys, METH_O, "DispatchKeySet raw repr of a tensor"},
     {"enum_code", py_enum_code, METH_O, "C++ enum value of a dtype/layout/memory_format/device"},
+    {"launch_pack_for_test", py_launch_pack_for_test, METH_VARARGS,
+     "pack Triton launch parameters without a GPU (tests)"},
     {"api_address", py_api_address, METH_NOARGS, "address of the trt_api table"},
     {nullptr, nullptr, 0, nullptr}};
 

@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct or the api table below changes shape. */
-#define TRT_ABI_VERSION 3
+#define TRT_ABI_VERSION 4
 
 /* Status codes returned by an SCM entry through its `status` argument. */
 enum {
@@ -66,7 +66,7 @@ typedef struct trt_tensor_spec {
  * Compared field by field; the layout is private to the runtime, so it is
  * an opaque array of int64.
  */
-#define TRT_GLOBAL_STATE_WORDS 24
+#define TRT_GLOBAL_STATE_WORDS 48
 typedef struct trt_global_state {
   int64_t w[TRT_GLOBAL_STATE_WORDS];
 } trt_global_state;
