@@ -26,6 +26,15 @@ static inline PyObject *trt_load_global(PyObject *globals, PyObject *builtins, P
 
 static inline PyObject *trt_getattr(PyObject *o, PyObject *name) {
   if (!o) return NULL;
+  if (PyModule_CheckExact(o) && PyUnicode_READ_CHAR(name, 0) != '_') {
+    /* A plain module attribute lives in the module's dict: one lookup instead
+       of getattr's type-MRO walk.  Absent there, take the full path (module
+       __getattr__). */
+    PyObject *d = PyModule_GetDict(o);
+    PyObject *v = d ? PyDict_GetItemWithError(d, name) : NULL;
+    if (v) { Py_INCREF(v); return v; }
+    if (PyErr_Occurred()) PyErr_Clear();
+  }
   PyObject *v = PyObject_GetAttr(o, name);
   if (!v) PyErr_Clear();
   return v;

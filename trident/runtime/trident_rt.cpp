@@ -124,11 +124,15 @@ void global_state_snapshot(trt_global_state* g) {
   w[18] = c10::impl::TorchDispatchModeTLS::stack_len();
   w[20] = at::autocast::is_autocast_cache_enabled();
   w[21] = static_cast<int64_t>(ctx.float32MatmulPrecision());  // covers allow_tf32 (cuBLAS)
-  w[22] = ctx.allowTF32CuDNN();
+  // w[22]: unused (cuDNN TF32 is not part of Dynamo's global state either)
+  // Autocast: whether it is on for a device type is the exclusion of that
+  // type's autocast key from the thread-local dispatch set (w[17] holds it);
+  // its dtype only matters where it is on, so it is read only there.
   int k = 24;
   for (at::DeviceType dt : at::autocast::_AUTOCAST_SUPPORTED_DEVICES) {
-    w[k++] = at::autocast::is_autocast_enabled(dt);
-    w[k++] = static_cast<int64_t>(at::autocast::get_autocast_dtype(dt));
+    const bool on = !local.excluded_.has(at::autocast::get_autocast_dispatch_key_from_device_type(dt));
+    w[k++] = on;
+    w[k++] = on ? static_cast<int64_t>(at::autocast::get_autocast_dtype(dt)) : -1;
   }
 }
 
