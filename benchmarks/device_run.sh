@@ -12,3 +12,9 @@ timeout ${GPU_TEST_TIMEOUT:-240} python3 -m pytest -q tests/gpu ${PYTEST_EXTRA:-
 if [ "${RUN_BENCH:-1}" = 1 ]; then
   timeout ${BENCH_TIMEOUT:-240} python3 benchmarks/gpu_triton.py --out "$OUT/gpu_triton.md" 2>&1 | tail -40
 fi
+if [ "${RUN_UNIT:-0}" = 1 ]; then
+  timeout ${UNIT_TIMEOUT:-200} python3 -m pytest -q -p no:cacheprovider tests/unit tests/golden 2>&1 | tee "$OUT/unit_tests.log" | tail -8
+fi
+if [ "${RUN_DEMO:-0}" = 1 ]; then
+  timeout 120 python3 -m trident.demo 2>&1 | tee "$OUT/demo.log" | tail -25
+fi
