@@ -181,12 +181,7 @@ def translate(entries, cap, fn, consts: ConstPool, rt) -> tuple:
         elif kind in IDENTITY_KINDS:
             per_source.append(ir.IdMatch(src, consts.add(e.value), _describe(e.value)))
         elif kind == "CLOSURE_MATCH":
-            v = e.value
-            if getattr(v, "__closure__", None) is not None or hasattr(v, "__code__"):
-                per_source.append(ir.IdMatch(ir.Attr(src, "__code__"), consts.add(v.__code__),
-                                             f"{getattr(v, '__qualname__', '?')}.__code__"))
-            else:
-                per_source.append(ir.IdMatch(src, consts.add(v), _describe(v)))
+            per_source.extend(_closure_match(src, e.value, consts))
         elif kind in EQUALS_KINDS:
             per_source.append(_equals(src, e.value, consts))
         elif kind in LENGTH_KINDS:
@@ -223,6 +218,32 @@ def translate(entries, cap, fn, consts: ConstPool, rt) -> tuple:
         last.insert(0, ir.Distinct(tuple(distinct)))
     # Dynamo can record one check twice (e.g. CONSTANT_MATCH from two paths).
     return tuple(dict.fromkeys(first + per_source + last))
+
+
+def _closure_match(src, v, consts: ConstPool) -> list:
+    """Dynamo's CLOSURE_MATCH checks only `__code__` of a user function and
+    relies on other guards for what else the call reads; torch 2.11 does not
+    always guard a rebound function's defaults.  Trident keeps identity for
+    a function without a closure, and for a closure (a new object per call)
+    checks its code and its defaults."""
+    import types
+
+    if type(v) is not types.FunctionType:
+        return [ir.IdMatch(src, consts.add(v), _describe(v))]
+    if v.__closure__ is None:
+        return [ir.IdMatch(src, consts.add(v), f"function {v.__qualname__}")]
+    out = [ir.IdMatch(ir.Attr(src, "__code__"), consts.add(v.__code__),
+                      f"{v.__qualname__}.__code__")]
+    for attr in ("__defaults__", "__kwdefaults__"):
+        d = getattr(v, attr)
+        if d is None:
+            out.append(ir.IdMatch(ir.Attr(src, attr), consts.add(None), "None"))
+        elif type(d) is tuple and all(type(x) in _EQ_TYPES for x in d):
+            out.append(ir.EqualsMatch(ir.Attr(src, attr), consts.add(tuple), consts.add(d),
+                                      _describe(d)))
+        else:
+            raise UnsupportedError(f"closure {v.__qualname__} with non-constant {attr}")
+    return out
 
 
 def _keyword(guard, name):
