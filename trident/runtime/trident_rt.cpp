@@ -136,13 +136,6 @@ void global_state_snapshot(trt_global_state* g) {
   }
 }
 
-int global_state_match(const trt_global_state* captured) {
-  trt_global_state now;
-  global_state_snapshot(&now);
-  for (int i = 0; i < TRT_GLOBAL_STATE_WORDS; ++i)
-    if (now.w[i] != captured->w[i]) return 0;
-  return 1;
-}
 
 // ---------------------------------------------------------------- frames ----
 
@@ -503,7 +496,7 @@ int op_call(trt_op* op, trt_frame* f) {
 }
 
 const trt_api kApi = {
-    TRT_ABI_VERSION, tensor_match,   tensor_meta,    tensor_prop, global_state_match, frame_acquire,
+    TRT_ABI_VERSION, tensor_match,   tensor_meta,    tensor_prop, global_state_snapshot, frame_acquire,
     frame_release,   frame_set_tensor, frame_set_int, frame_set_double,  frame_get_int,
     frame_list_item, frame_to_py,    op_new,         op_free,            op_call,
     trident::launch_new, trident::launch_call, trident::launch_free};

@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct or the api table below changes shape. */
-#define TRT_ABI_VERSION 4
+#define TRT_ABI_VERSION 5
 
 /* Status codes returned by an SCM entry through its `status` argument. */
 enum {
@@ -153,8 +153,10 @@ typedef struct trt_api {
      tensor that has no tensor guard (e.g. the `_base` of an input view).
      Sets *ok = 0 if `obj` is not a tensor or has no such dimension. */
   int64_t (*tensor_prop)(PyObject *obj, int32_t kind, int32_t dim, int *ok);
-  /* 1 if the current global state equals `captured`, else 0. */
-  int (*global_state_match)(const trt_global_state *captured);
+  /* Snapshot the current global state.  An SCM takes it once per call and
+     compares it with each version's capture-time snapshot (memcmp), so a
+     call that tries many versions reads the thread state once. */
+  void (*global_state_now)(trt_global_state *out);
 
   /* ---- frames ---- */
   trt_frame *(*frame_acquire)(int32_t nslots);
