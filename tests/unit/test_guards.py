@@ -509,3 +509,36 @@ def test_matmul_precision_change_is_a_miss(h):
         torch.set_float32_matmul_precision(old)
     torch.testing.assert_close(f(a, b), fn(a, b))
     assert trident.stats(f)["versions"] == 2
+
+
+def test_monkeypatching_a_module_function_is_a_miss(h):
+    """Environment guards are cached on dict version tags: patching an
+    attribute of a module (torch.relu) must invalidate them."""
+
+    def fn(x):
+        return torch.relu(x) + 1
+
+    f = trident.jit(h.fresh(fn))
+    x = h.rand(5)
+    torch.testing.assert_close(f(x), fn(x))
+    orig = torch.relu
+    try:
+        torch.relu = torch.sigmoid
+        torch.testing.assert_close(f(x), torch.sigmoid(x) + 1)
+    finally:
+        torch.relu = orig
+    torch.testing.assert_close(f(x), fn(x))
+
+
+def test_shadowing_a_builtin_with_a_global_is_a_miss(h):
+    src = "def fn(x):\n    return x * len(x.shape)\n"
+    g = {"torch": torch}
+    exec(src, g)
+    fn = g["fn"]
+    f = trident.jit(fn)
+    x = h.rand(2, 3)
+    torch.testing.assert_close(f(x), x * 2)
+    g["len"] = lambda s: 10
+    torch.testing.assert_close(f(x), x * 10)
+    del g["len"]
+    torch.testing.assert_close(f(x), x * 2)

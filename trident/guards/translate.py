@@ -85,6 +85,15 @@ class SourceConverter:
             return out
         if cls == "TypeSource":
             return ir.TypeOf(self(src.base))
+        base = getattr(src, "base", None)
+        if (cls in ("GetItemSource", "DictGetItemSource") and isinstance(base, S.GlobalSource)
+                and base.global_name.startswith("__builtins_dict__")
+                and isinstance(src.index, str)):
+            # Dynamo guards a builtin through its builtins dict, so a global
+            # that later shadows the name goes unnoticed (torch.compile returns
+            # stale results then).  Look the name up as Python does: globals
+            # first, then builtins.
+            return ir.Global(src.index)
         if cls == "TypeDictSource":  # dict(type.__dict__)[k] reads type.__dict__[k]
             return ir.Attr(self(src.base), "__dict__")
         if cls == "TypeMROSource":

@@ -151,4 +151,121 @@ static inline int64_t trt_max(int64_t a, int64_t b) { return a > b ? a : b; }
 static inline int64_t trt_min(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t trt_abs(int64_t a) { return a < 0 ? -a : a; }
 
+/* ---- cheap loads of attributes guards often read ---------------------- */
+
+/* type.__dict__ without allocating a mappingproxy; anything else: getattr. */
+static inline PyObject *trt_attr_dict(PyObject *o, PyObject *name) {
+#if PY_VERSION_HEX < 0x030C0000
+  if (o && PyType_Check(o) && ((PyTypeObject *)o)->tp_dict) {
+    PyObject *d = ((PyTypeObject *)o)->tp_dict;
+    Py_INCREF(d);
+    return d;
+  }
+#else
+  if (o && PyType_Check(o)) {
+    PyObject *d = PyType_GetDict((PyTypeObject *)o);
+    if (d) return d;
+    PyErr_Clear();
+  }
+#endif
+  return trt_getattr(o, name);
+}
+
+/* A Python function's __defaults__ / __kwdefaults__ / __code__. */
+static inline PyObject *trt_attr_func(PyObject *o, PyObject *name, int which) {
+  if (o && PyFunction_Check(o)) {
+    PyObject *v = which == 0 ? PyFunction_GetDefaults(o)
+                : which == 1 ? PyFunction_GetKwDefaults(o)
+                             : PyFunction_GetCode(o);
+    if (!v) v = Py_None;
+    Py_INCREF(v);
+    return v;
+  }
+  return trt_getattr(o, name);
+}
+
+/* ---- environment guards cached on dict version tags ---------------------
+ * A guard on `G['a'].b.c` (globals, then attributes of modules) reads only
+ * dicts.  Where the interpreter keeps a per-dict version tag (CPython
+ * 3.10-3.12; unique across dicts, changed by every mutation), the guard is
+ * re-evaluated only when one of the dicts it read has changed since it last
+ * passed.  Elsewhere it is evaluated on every call. */
+#define TRT_ENV_MAX 4
+typedef struct trt_envcache {
+  int n; /* dicts recorded; -1: this evaluation read something else */
+  int valid;
+  PyObject *dicts[TRT_ENV_MAX]; /* strong references */
+  uint64_t tags[TRT_ENV_MAX];
+} trt_envcache;
+
+#if PY_VERSION_HEX < 0x030D0000
+#define TRT_HAVE_DICT_TAGS 1
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+static inline uint64_t trt_dict_tag(PyObject *d) { return ((PyDictObject *)d)->ma_version_tag; }
+#pragma GCC diagnostic pop
+#else
+#define TRT_HAVE_DICT_TAGS 0
+static inline uint64_t trt_dict_tag(PyObject *d) { (void)d; return 0; }
+#endif
+
+static inline void trt_envcache_reset(trt_envcache *c) {
+  for (int i = 0; i < c->n; ++i) Py_CLEAR(c->dicts[i]);
+  c->n = 0;
+  c->valid = 0;
+}
+
+static inline int trt_envcache_hit(const trt_envcache *c) {
+  if (!TRT_HAVE_DICT_TAGS || !c->valid) return 0;
+  for (int i = 0; i < c->n; ++i)
+    if (trt_dict_tag(c->dicts[i]) != c->tags[i]) return 0;
+  return 1;
+}
+
+static inline void trt_envcache_record(trt_envcache *c, PyObject *d) {
+  if (c->n < 0) return;
+  if (c->n >= TRT_ENV_MAX) { c->n = -1; return; }
+  Py_INCREF(d);
+  c->dicts[c->n] = d;
+  c->tags[c->n] = trt_dict_tag(d);
+  c->n++;
+}
+
+static inline void trt_envcache_commit(trt_envcache *c) {
+  c->valid = TRT_HAVE_DICT_TAGS && c->n > 0;
+}
+
+/* Recording versions of trt_load_global / trt_getattr (module attributes). */
+static inline PyObject *trt_env_global(trt_envcache *c, PyObject *globals, PyObject *builtins,
+                                       PyObject *name) {
+  trt_envcache_record(c, globals);
+  PyObject *v = PyDict_GetItemWithError(globals, name);
+  if (!v) {
+    if (PyErr_Occurred()) { PyErr_Clear(); return NULL; }
+    trt_envcache_record(c, builtins);
+    v = PyDict_GetItemWithError(builtins, name);
+    if (!v) { PyErr_Clear(); return NULL; }
+  }
+  Py_INCREF(v);
+  return v;
+}
+
+static inline PyObject *trt_env_modattr(trt_envcache *c, PyObject *o, PyObject *name) {
+  if (o && PyModule_CheckExact(o) && PyUnicode_READ_CHAR(name, 0) != '_') {
+    PyObject *d = PyModule_GetDict(o);
+    PyObject *v = d ? PyDict_GetItemWithError(d, name) : NULL;
+    if (v) {
+      trt_envcache_record(c, d);
+      Py_INCREF(v);
+      return v;
+    }
+    if (PyErr_Occurred()) PyErr_Clear();
+  }
+  if (c->n >= 0) {  /* not a plain module attribute: do not cache */
+    for (int i = 0; i < c->n; ++i) Py_CLEAR(c->dicts[i]);
+    c->n = -1;
+  }
+  return trt_getattr(o, name);
+}
+
 #endif /* TRIDENT_SCM_PRELUDE_H */
