@@ -840,7 +840,8 @@ def draw_call(draw, p: Program, prev: CallSpec | None) -> CallSpec:
         opts = []
         if p.has_y and p.y_ndim == x_ndim:
             opts.append("y_is_x")
-        if p.has_y and x_ndim >= 1 and p.y_ndim in (x_ndim, x_ndim - 1):
+        if p.has_y and x_ndim >= 1 and (p.y_ndim == x_ndim or
+                                        p.y_ndim == x_ndim - 1 and xshape[0] > 0):
             opts.append("y_view_x")
         if p.c_kind and p.c_ndim == x_ndim:
             opts.append("c0_is_x")
