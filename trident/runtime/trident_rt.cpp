@@ -438,6 +438,25 @@ bool fast_binary_alpha(const trt_op* op, trt_frame* f) {
   return true;
 }
 
+// empty_like(self) with every option None: the allocation every Triton host
+// function starts with.
+bool fast_empty_like(const trt_op* op, trt_frame* f) {
+  const c10::IValue* a = arg_value(op, f, 0);
+  if (!a || !a->isTensor()) return false;
+  std::optional<bool> pin;
+  for (size_t k = 1; k < 6; ++k) {
+    const c10::IValue* v = arg_value(op, f, k);
+    if (k == 4 && v && v->isBool() && !v->toBool()) {
+      pin = false;  // pin_memory=False, as tracing writes it
+      continue;
+    }
+    if (!v || !v->isNone()) return false;
+  }
+  f->slots[op->outs[0]] = c10::IValue(at::_ops::empty_like::call(
+      a->toTensor(), std::nullopt, std::nullopt, std::nullopt, pin, std::nullopt));
+  return true;
+}
+
 #define TRT_UNARY(name) \
   {"aten::" #name, "", fast_unary<at::_ops::name::call>}
 #define TRT_BINARY(name, ov) \
@@ -454,6 +473,7 @@ const FastEntry kFast[] = {
     TRT_UNARY(rsqrt), TRT_UNARY(sqrt), TRT_UNARY(sin), TRT_UNARY(cos), TRT_UNARY(t),
     TRT_BINARY(mul, Tensor), TRT_BINARY(div, Tensor),
     {"aten::mm", "", fast_binary<at::_ops::mm::call>},
+    {"aten::empty_like", "", fast_empty_like},
     {"aten::add", "Tensor", fast_binary_alpha<at::_ops::add_Tensor::call>},
     {"aten::sub", "Tensor", fast_binary_alpha<at::_ops::sub_Tensor::call>},
 };
