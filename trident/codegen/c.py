@@ -202,6 +202,9 @@ class _VersionGen:
         elif isinstance(g, ir.NotInDict):
             o = self.load(g.source)
             self.lines.append(f"  if (!trt_not_in_dict({o}, {self.mod.name(g.name)})) {fail};")
+        elif isinstance(g, ir.CallCheck):
+            o = self.load(g.source)
+            self.lines.append(f"  if (!trt_call_check({o}, {self.K(g.fn)}, {self.K(g.arg)})) {fail};")
         elif isinstance(g, ir.SameObject):
             a, b = self.load(g.a), self.load(g.b)
             self.lines.append(f"  if (!{a} || {a} != {b}) {fail};")

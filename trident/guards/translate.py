@@ -187,6 +187,12 @@ def translate(entries, cap, fn, consts: ConstPool, rt) -> tuple:
         elif kind == "TYPE_MATCH":
             t = type(e.value)
             per_source.append(ir.TypeMatch(src, consts.add(t), _type_name(t)))
+        elif kind == "FAKE_SCRIPT_TYPE_MATCH":
+            # TYPE_MATCH on an opaque (TorchBind) object, e.g. a process group;
+            # at call time the SCM sees the real object, never a fake one.
+            v = getattr(e.value, "real_obj", e.value)
+            t = type(v)
+            per_source.append(ir.TypeMatch(src, consts.add(t), _type_name(t)))
         elif kind in IDENTITY_KINDS:
             per_source.append(ir.IdMatch(src, consts.add(e.value), _describe(e.value)))
         elif kind == "CLOSURE_MATCH":
@@ -203,6 +209,13 @@ def translate(entries, cap, fn, consts: ConstPool, rt) -> tuple:
             t = type(e.value)
             per_source.append(ir.TypeMatch(src, consts.add(t), _type_name(t)))
             per_source.append(ir.DictKeysMatch(src, consts.add(keys), repr(keys)))
+        elif kind == "OPAQUE_OBJ_GUARD_FN_MATCH":
+            from torch._dynamo import guards as dg
+
+            meta = dg.extract_opaque_obj(g, e.value)
+            if meta is not None:  # Dynamo adds no check when there is nothing to compare
+                per_source.append(ir.CallCheck(src, consts.add(dg.check_opaque_obj),
+                                               consts.add(meta), "opaque guard_fn"))
         elif kind == "NOT_PRESENT_IN_GENERIC_DICT":
             attr = _keyword(g, "attr")
             per_source.append(ir.NotInDict(src, attr))

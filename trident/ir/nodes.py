@@ -278,6 +278,20 @@ class NotInDict:
 
 
 @dataclass(frozen=True)
+class CallCheck:
+    """`K[fn](source, K[arg]) is True`: a check only the object's own Python
+    code can make (an opaque object's guard_fn).  It runs Python on hits."""
+
+    source: Source
+    fn: int
+    arg: int
+    desc: str
+
+    def __str__(self) -> str:
+        return f"call_check {self.desc}({self.source})"
+
+
+@dataclass(frozen=True)
 class SameObject:
     """DUPLICATE_INPUT: two sources are one object."""
 
@@ -320,7 +334,7 @@ class ShapeGuard:
 
 
 Guard = Union[TensorMatch, TypeMatch, IdMatch, EqualsMatch, LengthMatch, DictKeysMatch,
-              NotInDict, SameObject, Distinct, GlobalState, ShapeGuard]
+              NotInDict, CallCheck, SameObject, Distinct, GlobalState, ShapeGuard]
 
 # ----------------------------------------------------------------- program
 

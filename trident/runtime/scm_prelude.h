@@ -116,6 +116,16 @@ static inline int trt_not_in_dict(PyObject *o, PyObject *name) {
   return r == 0;
 }
 
+/* fn(o, arg) is True; an exception counts as a failed check. */
+static inline int trt_call_check(PyObject *o, PyObject *fn, PyObject *arg) {
+  if (!o) return 0;
+  PyObject *r = PyObject_CallFunctionObjArgs(fn, o, arg, NULL);
+  if (!r) { PyErr_Clear(); return 0; }
+  int ok = r == Py_True;
+  Py_DECREF(r);
+  return ok;
+}
+
 /* An exact Python int as int64; *ok = 0 if it is not one or overflows. */
 static inline int64_t trt_pyint(PyObject *o, int *ok) {
   if (!o || !PyLong_CheckExact(o)) { *ok = 0; return 0; }
