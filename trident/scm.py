@@ -21,7 +21,7 @@ from pathlib import Path
 from . import config
 from .capture.dynamo import capture
 from .codegen import c as cgen
-from .errors import CaptureError, RecompileError, UnsupportedError
+from .errors import BuildError, CaptureError, RecompileError, UnsupportedError
 from .guards.translate import ConstPool, SourceConverter, translate
 from .ir import nodes as ir
 from .ir.lower import lower
@@ -94,9 +94,6 @@ class SCM:
             self._signature.bind(*args, **kwargs)
         except TypeError:
             return self.fn(*args, **kwargs)  # raises eager's own TypeError
-        # Another thread may have installed a version that serves this call
-        # while we waited for the lock.
-        mod = self.function._module
         reason = self._miss_reason()
         self.stats.misses += 1
         if self.versions and config.assert_no_recompile():
@@ -108,7 +105,6 @@ class SCM:
                 f"(last miss: {reason})", None, None, result=result)
         if self.versions:
             log.info("trident: recompiling %s: %s", self.fn.__qualname__, reason)
-        del mod
         try:
             cap = capture(self.fn, args, kwargs, dynamic=self.options.dynamic,
                           global_state_fn=self.rt.global_state)
@@ -128,6 +124,19 @@ class SCM:
             self._install(self.versions + [version])
         except UnsupportedError as e:
             return self._fall_back(str(e), None, None, result=cap.result)
+        except BuildError as e:
+            if self.options.strict:
+                raise
+            log.error("trident: %s", e)
+            return self._fall_back(f"the C compiler failed ({e.cmd[0]}; the log is in "
+                                   "logger 'trident')", None, None, result=cap.result)
+        except Exception as e:  # noqa: BLE001 - a Trident bug must not cost the user's call
+            if self.options.strict:
+                raise
+            log.exception("trident: internal error while building a version of %s",
+                          self.fn.__qualname__)
+            return self._fall_back(f"internal error: {type(e).__name__}: {e}", None, None,
+                                   result=cap.result)
         return cap.result
 
     def _make_version(self, cap, reason: str) -> ir.Version:

@@ -190,3 +190,28 @@ def test_warning_points_at_the_caller(h):
     warns = h.runtime_warnings(rec)
     assert len(warns) == 1
     assert warns[0].filename == __file__
+
+
+def test_a_failing_c_compiler_falls_back_with_the_call_result(h, monkeypatch):
+    """No C compiler: the capturing call still returns its result, the function
+    runs eagerly with one warning, and strict mode raises BuildError."""
+    import warnings
+
+    from trident import config
+
+    def fn(x):
+        return x.sin() + 1
+
+    cache = config.cache_dir() / "nocc"
+    monkeypatch.setenv("TRIDENT_CC", "/nonexistent/cc")
+    monkeypatch.setenv("TRIDENT_CACHE_DIR", str(cache))
+    f = trident.jit(h.fresh(fn))
+    x = h.rand(4)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        torch.testing.assert_close(f(x), fn(x))
+        torch.testing.assert_close(f(x), fn(x))
+    assert sum(issubclass(i.category, RuntimeWarning) for i in w) == 1
+    g = trident.jit(h.fresh(fn), strict=True)
+    with pytest.raises(trident.BuildError):
+        g(x)

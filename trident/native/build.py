@@ -61,7 +61,10 @@ def _build(kind: str, files: dict, cmd_for, what: str) -> Path:
     tmp_so = tmp / so.name
     cmd = cmd_for([str(tmp / n) for n in files if n.endswith((".c", ".cpp"))], str(tmp_so))
     (tmp / "cmd.txt").write_text(shlex.join(cmd) + "\n")
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
+    except OSError as e:  # no such compiler
+        raise BuildError(what, cmd, f"{type(e).__name__}: {e}") from e
     log = proc.stdout + proc.stderr
     (tmp / "build.log").write_text(log)
     if proc.returncode != 0:
