@@ -4,6 +4,8 @@ keeping their identity."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -331,3 +333,61 @@ def test_return_constant_tensor_is_fresh_each_call(h):
     b = f(h.rand(2))
     assert torch.equal(b[1], torch.ones(2))
     assert a[1].data_ptr() != b[1].data_ptr()
+
+
+@pytest.mark.parametrize("kind", ["list", "dict", "tuple"])
+def test_container_argument_returned_is_the_same_object(kind):
+    """Found by the fuzzer: a container argument returned as is must be the
+    caller's object on native hits too, as in eager."""
+
+    def fn(x, c):
+        return c, x + 1
+
+    f = trident.jit(fn)
+    x = torch.ones(3)
+    c = {"list": [x], "dict": {"a": x}, "tuple": (x,)}[kind]
+    for _ in range(3):
+        assert f(x, c)[0] is c
+    assert sum(trident.stats(f)["hits"]) >= 1
+
+
+def test_negative_zero_is_not_served_by_the_zero_version():
+    def fn(x, s):
+        return x / s
+
+    f = trident.jit(fn)
+    x = torch.ones(2)
+    for s in (0.0, -0.0, 0.0, -0.0):
+        assert torch.equal(f(x, s), fn(x, s))
+
+
+@pytest.mark.parametrize("big", [2 ** 63, 2 ** 64])
+def test_int_beyond_int64_behaves_like_eager(big):
+    def fn(x, s):
+        return x * s
+
+    f = trident.jit(fn, dynamic=True)
+    x = torch.ones(2)
+    assert torch.equal(f(x, 2), fn(x, 2))
+    try:
+        want = fn(x, big)
+    except OverflowError as e:
+        with pytest.raises(OverflowError, match=re.escape(str(e))):
+            f(x, big)
+    else:
+        assert torch.equal(f(x, big), want)
+
+
+def test_scm_rebuilt_in_inference_mode_keeps_normal_constants():
+    def fn(x):
+        return x * 2
+
+    f = trident.jit(fn)
+    x = torch.ones(3, requires_grad=True)
+    f(x)
+    with torch.inference_mode():
+        f(x)
+    out = f(x)
+    assert torch.equal(out, fn(x)) and out.requires_grad
+    out.sum().backward()
+    assert torch.equal(x.grad, torch.full((3,), 2.0))

@@ -289,6 +289,11 @@ def _describe_return(tx, gm):
             return node_ref(vt, t.__name__)
         if isinstance(vt, ConstantVariable):
             return ("const", vt.as_python_constant())
+        if (isinstance(vt, (TupleVariable, ListVariable, ConstDictVariable))
+                and getattr(vt, "source", None) is not None):
+            # An argument (or global) container returned as it came: the same
+            # object (pre-existing objects that were mutated are refused).
+            return ("source", vt.source)
         if type(vt) in (TupleVariable, ListVariable):
             kind = "tuple" if type(vt) is TupleVariable else "list"
             return ("seq", kind, [walk(i, depth + 1) for i in vt.items])

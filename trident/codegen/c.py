@@ -421,6 +421,11 @@ class _VersionGen:
         self.lines.append("  int ok = 1, rc = 0;\n  int64_t gx = 1, gy = 1, gz = 1;")
         for k, g in enumerate(v.guards):
             self.guard(k, g)
+        # Python ints the program reads must fit in int64: checked here, so a
+        # huge int is a specialization miss (Dynamo then decides), not an error.
+        for src in _pyint_sources(v.program):
+            o = self.load(src)
+            self.lines.append(f"  ok = 1; (void)trt_pyint({o}, &ok); if (!ok) FAIL({len(v.guards)});")
         self.lines.append(f"  S->hits[{v.index}]++;")
         self.lines.append(f"  F = api->frame_acquire({max(v.nslots, 1)});")
         for ins in v.program:
@@ -466,6 +471,26 @@ def _attr_expr(base: str, name: str, name_ref: str) -> str:
     if name in _FUNC_ATTRS:
         return f"trt_attr_func({base}, {name_ref}, {_FUNC_ATTRS[name]})"
     return f"trt_getattr({base}, {name_ref})"
+
+
+def _pyint_sources(program) -> list:
+    out: list = []
+
+    def walk(e):
+        if isinstance(e, ir.SymLeaf) and isinstance(e.leaf, ir.PyInt):
+            out.append(e.leaf.source)
+        elif isinstance(e, ir.BinOp):
+            walk(e.lhs)
+            walk(e.rhs)
+        elif isinstance(e, ir.UnOp):
+            walk(e.operand)
+
+    for ins in program:
+        if isinstance(ins, ir.LoadScalar) and ins.kind == "int":
+            out.append(ins.source)
+        elif isinstance(ins, ir.SymDef):
+            walk(ins.expr)
+    return list(dict.fromkeys(out))
 
 
 def _env_chain(src) -> list | None:

@@ -10,6 +10,8 @@
 
 #include "trident_rt.h"
 
+#include <math.h>
+
 #define TRT_EXPORT __attribute__((visibility("default")))
 
 /* globals[name], falling back to builtins[name]. */
@@ -81,7 +83,11 @@ static inline PyObject *trt_getitem_obj(PyObject *o, PyObject *key) {
 static inline int trt_equals(PyObject *o, PyObject *type, PyObject *value) {
   if (!o || (PyObject *)Py_TYPE(o) != type) return 0;
   if (o == value) return 1;
-  if (PyFloat_CheckExact(o)) return PyFloat_AS_DOUBLE(o) == PyFloat_AS_DOUBLE(value);
+  if (PyFloat_CheckExact(o)) {
+    /* Equal and of the same sign: 0.0 and -0.0 compare equal but x / s differs. */
+    double a = PyFloat_AS_DOUBLE(o), b = PyFloat_AS_DOUBLE(value);
+    return a == b && signbit(a) == signbit(b);
+  }
   int r = PyObject_RichCompareBool(o, value, Py_EQ);
   if (r < 0) { PyErr_Clear(); return 0; }
   return r;

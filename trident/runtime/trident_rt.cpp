@@ -311,6 +311,10 @@ trt_op* op_new(const char* name, const char* overload, int32_t nargs, const trt_
                  overload, static_cast<int>(schema.arguments().size()), nargs);
     return nullptr;
   }
+  // Constants made here (wrapped scalars) outlive this call: never let them
+  // be inference tensors because the SCM happened to be built under
+  // torch.inference_mode().
+  c10::InferenceMode normal_mode(false);
   auto op = std::make_unique<trt_op>(*h);
   // A Python number where the schema wants a Tensor (`mul.Tensor(x, 2.0)`
   // after tracing) becomes a wrapped-number tensor, as eager's binding does.
