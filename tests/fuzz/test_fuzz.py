@@ -1,73 +1,94 @@
 """Differential fuzzer: random functions and random inputs, trident.jit against eager.
 
 Each Hypothesis example builds one function from a family as Python source text and execs it
-into a fresh function object with its own code identity (file name, name), so Dynamo's
-per-code memory (automatic dynamic dimensions) never carries over between examples.  The
-family covers:
+into a fresh function object with its own code identity (file name and function name), so
+Dynamo's per-code memory (automatic dynamic dimensions) never carries over between examples.
+The family covers:
 
-* branches on shapes (``x.shape[0] > k``), dtypes (``x.dtype == torch.float32``), Python
-  scalar arguments, ``numel``/``dim``/contiguity, and early returns of other structures;
-* views (``t()``, ``transpose``, ``[1:]``, ``[..., ::2]``, ``view(-1)``, ``reshape``,
-  ``narrow``, ``unsqueeze``, ``select``, ``expand``, ``diagonal``, ``contiguous``, ...);
-* in-place ops (``add_``, ``mul_``, ``clamp_``, ``copy_``, ``fill_``, setitem, ...) on inputs,
-  on views of inputs and on intermediates, also used as expressions (``t = x.add_(1)``);
-* reductions (``sum``/``mean``/``amax``/``prod`` over dims, ``keepdim``, ``dtype=``);
-* broadcasting binary ops between tensors, Python scalars and sizes; dtype conversions;
-  factories sized by dynamic ints;
-* returns mixing tensors, tuples, lists, dicts, ints, floats, None, ``torch.Size``,
-  ``torch.dtype``, strings, inputs (tensors and containers) returned as themselves.
+* branches on shapes (``x.shape[0] > k``, ``% 2``, products), dtypes
+  (``x.dtype == torch.float32``), Python scalar arguments (values, types, truthiness),
+  ``numel``/``dim``/strides/storage offset/contiguity; early returns of other structures;
+  ``raise`` and ``assert`` under such conditions; loops over containers and ``range``;
+* views (``t()``, ``T``, ``mT``, ``transpose``, ``[1:]``, ``[..., ::2]``, ``[:n]``,
+  ``view(-1)``, ``reshape``, ``narrow``, ``unsqueeze``, ``select``, ``expand``,
+  ``expand_as``, ``diagonal``, ``split``/``chunk``/``unbind``, ``broadcast_tensors``, and
+  ``contiguous``/``to``/``type_as``/``detach``, which may return their input itself);
+* in-place ops (``add_``, ``mul_``, ``clamp_``, ``copy_``, ``fill_``, ``zero_``, setitem,
+  ...) on inputs, on views of inputs and on intermediates, also as expressions
+  (``t = x.add_(1)``);
+* reductions (``sum``/``mean``/``amax``/``prod`` over dims, ``keepdim``, ``dtype=``,
+  ``argmax``); broadcasting binary ops between tensors, Python scalars and sizes; dtype
+  conversions; ``cat``/``stack``; ``@``; factories sized by (dynamic) ints;
+* a module global or closure int ``K`` and 0-d/1-element tensor ``W``, changed, mutated in
+  place or rebound between calls; ``fn.__defaults__`` rebound between calls;
+* returns mixing tensors, tuples, lists, dicts, ints, floats, bools, None, ``torch.Size``,
+  ``torch.dtype``, strings, and inputs/globals returned as themselves;
+* signatures with defaults or ``(x, *args, **kwargs)``; rarely a graph break (``.item()``,
+  ``.tolist()``) or a small ``max_versions``, so fallbacks happen too.
 
-Inputs: float32/float64/bfloat16/int64/bool tensors of rank 0-3 with zero-size and size-1
-dims, contiguous, transposed, sliced with a step, with a storage offset, or expanded (stride
-0); Python int/float/bool scalars passed positionally, by keyword or left to their default;
-tuple/list/dict containers of tensors; and arguments that alias each other (``y is x``,
-``y`` a view of ``x``, ``c[0] is x``).
+Inputs: float32/float64/bfloat16/float16/int64/bool tensors of rank 0-4 with zero-size and
+size-1 dims, contiguous, transposed, sliced with a step, with a storage offset, expanded
+(stride 0), channels_last, or ``nn.Parameter``; some requiring grad; Python int/float/bool
+scalars passed positionally, by keyword or left to their default; tuple/list/dict containers
+of tensors (of varying length); ``y=None``; and arguments aliasing each other (``y is x``,
+``y`` a view of ``x``, ``c[0] is x``).  A call may run under ``no_grad``,
+``inference_mode``, CPU autocast, deterministic algorithms or float64 as default dtype, and
+a few calls are malformed (an extra positional, an unknown keyword, a missing argument).
 
 Each function is called several times: the first inputs (capture), the same inputs again
 (hit), then inputs of other shapes/dtypes/strides/layouts (new versions, dynamic dims,
 hits), then the first inputs again.  Every call runs eager and trident on identical,
-independent copies of the arguments (aliasing between arguments reproduced) and checks
+independent copies of the arguments (built twice from the same source text, so aliasing
+between arguments is reproduced) and checks
 
 * eager raised -> trident raises the same exception type with the same message;
 * values (exact for integer/bool, ``assert_close`` with NaN equal for floats), dtypes,
-  shapes, Python types of every node of the output, container lengths and dict keys;
-* strides and storage offsets of outputs that alias an input, and strides of outputs eager
-  returns contiguous (sizes-1 dims ignored);
-* aliasing: an output that *is* an input (tensor or container) in eager is that input under
-  trident, an output that shares storage with an input shares it under trident (and one
-  that does not, does not); the same for outputs among themselves;
-* the arguments after the call: values, shapes, strides, offsets (in-place mutation).
+  shapes, ``requires_grad``, ``grad_fn`` presence, ``is_inference``, Python types of every
+  node of the output, container lengths and dict keys;
+* strides and storage offsets of outputs that are views (of inputs or intermediates), and
+  strides of outputs eager returns contiguous (size-1 dims ignored);
+* aliasing: an output that *is* an input (tensor or container) or global in eager is that
+  object under trident; an output that shares storage with an input shares it under
+  trident (and one that does not, does not), with the same ``_base``; the same identity and
+  storage sharing among outputs, and against the outputs of earlier calls (no cached
+  result objects);
+* gradients: the sum of the outputs that require grad, differentiated with respect to the
+  input leaves that require grad (or backward's exception);
+* the arguments after the call: values, shapes, strides, offsets, whether the version
+  counter moved (in-place mutation), and the global ``W``.
 
 Fallbacks to eager (trident's RuntimeWarning) are allowed but still checked; they are
 counted and summarised at the end of the session (``tests/fuzz/conftest.py``).
 
-Sizes: the default CI slice (``test_fuzz_ci``: fixed seed, derandomized) and an on-demand
-long run, ``TRIDENT_FUZZ_CALLS=10000 pytest -m slow tests/fuzz`` (``test_fuzz_long``:
-chunks of examples with seeds 0, 1, 2, ... until that many calls were checked;
-``TRIDENT_FUZZ_SEED`` shifts the seeds).  ``TRIDENT_FUZZ_KEEP_GOING=1`` makes the long run
-record mismatches (to ``TRIDENT_FUZZ_FAILURES``, default ``fuzz_failures.txt``) and go on
-instead of stopping and shrinking at the first one.
+Sizes: the default CI slice (``test_fuzz_ci``: derandomized, so the same examples every run)
+and an on-demand long run, ``TRIDENT_FUZZ_CALLS=10000 pytest tests/fuzz -k long``
+(``test_fuzz_long``, marked slow: chunks of examples with seeds 0, 1, 2, ... until that many
+calls were checked; ``TRIDENT_FUZZ_SEED`` shifts the seeds).  ``TRIDENT_FUZZ_KEEP_GOING=1``
+makes the long run record mismatches (to ``TRIDENT_FUZZ_FAILURES``, default
+``fuzz_failures.txt``) and go on instead of stopping and shrinking at the first one.
+``TRIDENT_FUZZ_STRICT_STRIDES=1`` also compares the strides of non-contiguous fresh results,
+``TRIDENT_FUZZ_STRICT_VERSIONS=1`` the exact version counters of the arguments.
 
 Known trident bugs the fuzzer found are listed in ``KNOWN_BUGS``; their constructs are left
 out of the family (``TRIDENT_FUZZ_KNOWN_BUGS=1`` puts them back), and each has a minimal
-reproducer below marked ``xfail(strict=True)``, so a fix shows up as an XPASS failure.
+reproducer at the end of this file marked ``xfail(strict=True)``, so a fix shows up as an
+XPASS failure (then delete the entry and its exclusion).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import inspect
 import itertools
 import linecache
 import math
 import os
 import re
-import subprocess
 import sys
-import textwrap
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
 import pytest
 import torch
@@ -78,17 +99,19 @@ import trident
 
 # ------------------------------------------------------------------ known bugs
 #
-# Constructs excluded from the generated family because trident gets them wrong.  Each has
-# a minimal reproducer test at the end of this file (xfail, strict).  Set
-# TRIDENT_FUZZ_KNOWN_BUGS=1 to generate them again (e.g. to check a fix).
+# Constructs excluded from the generated family because trident gets them wrong.  Each has a
+# minimal reproducer test at the end of this file (xfail, strict).
 
-KNOWN_BUGS: dict[str, str] = {}
+KNOWN_BUGS: dict[str, str] = {
+    # Found by this fuzzer and fixed (regression tests in tests/unit/test_structures.py):
+    # container arguments returned as rebuilt copies, -0.0 served by the 0.0 version, ints
+    # beyond int64 raising TypeError, SCM constants made inference tensors.
+}
 
 
 def _bug_ok(name: str) -> bool:
     """True when the construct of known bug `name` may be generated."""
-    assert name in KNOWN_BUGS, name
-    return os.environ.get("TRIDENT_FUZZ_KNOWN_BUGS") == "1"
+    return name not in KNOWN_BUGS or os.environ.get("TRIDENT_FUZZ_KNOWN_BUGS") == "1"
 
 
 # ------------------------------------------------------------------ statistics
@@ -118,8 +141,8 @@ class FuzzStats:
             f"({', '.join(f'{k} {v}' for k, v in self.error_types.most_common())})",
             f"  trident: {self.captures} captures, {self.versions} versions, "
             f"{self.misses} misses, {self.hits} native hits",
-            f"  fallbacks to eager: {self.fallback_fns} functions, {self.fallback_calls} "
-            f"calls served by the fallback",
+            f"  fallbacks to eager: {self.fallback_fns} functions, {self.fallback_calls} calls "
+            f"from the fallback on; functions by reason:",
         ]
         for reason, n in self.fallback_reasons.most_common():
             lines.append(f"    {n:5d}  {reason}")
@@ -134,19 +157,14 @@ def _stats_for(request, key: str) -> FuzzStats:
 
 
 def _reason_key(reason: str) -> str:
-    """A fallback reason without the function's name and numbers, for counting."""
-    r = re.sub(r"f_fuzz\d+", "f", reason)
-    r = re.sub(r"<fuzz-\d+>", "<fuzz>", r)
+    """A fallback reason without the function's name, numbers and details, for counting."""
+    r = reason.split("runs eagerly from now on: ", 1)[-1]
+    r = r.split(" (last miss")[0].split("\n")[0]
     r = re.sub(r"\d+", "N", r)
-    r = r.split("\n")[0]
-    return r[:160]
+    return r[:120]
 
 
 # ------------------------------------------------------------------ inputs
-
-FLOATS = (torch.float32, torch.float64, torch.bfloat16)
-INTS = (torch.int64, torch.bool)
-LAYOUTS = ("contig", "transposed", "stepped", "offset", "expanded")
 
 
 @dataclass(frozen=True)
@@ -157,16 +175,18 @@ class TSpec:
     layout: str = "contig"
     seed: int = 0
     special: bool = False  # floats: sprinkle nan/inf/-0.0
+    rg: bool = False  # requires_grad
 
     def expr(self) -> str:
         return (f"make_tensor({self.shape!r}, {self.dtype}, {self.layout!r}, "
-                f"{self.seed}, {self.special})")
+                f"{self.seed}, {self.special}, {self.rg})")
 
 
-def make_tensor(shape, dtype, layout="contig", seed=0, special=False):
-    """A tensor of `shape`/`dtype` whose layout is `layout`:
-    contig; transposed (dims 0 and -1 swapped); stepped (last dim sliced with step 2);
-    offset (a flat tensor's [1:], viewed); expanded (dim 0 broadcast, stride 0)."""
+def make_tensor(shape, dtype, layout="contig", seed=0, special=False, rg=False):
+    """A tensor of `shape`/`dtype` laid out as `layout`: contig; transposed (dims 0 and -1
+    swapped); stepped (last dim sliced with step 2); offset (a flat tensor's [1:], viewed);
+    expanded (dim 0 broadcast, stride 0); channels_last (4-d); param (an nn.Parameter).
+    `rg`: requires_grad."""
     g = torch.Generator().manual_seed(seed)
     n = len(shape)
 
@@ -186,37 +206,46 @@ def make_tensor(shape, dtype, layout="contig", seed=0, special=False):
     if layout == "transposed" and n >= 2:
         sh = list(shape)
         sh[0], sh[-1] = sh[-1], sh[0]
-        return values(tuple(sh)).transpose(0, -1)
-    if layout == "stepped" and n >= 1:
+        t = values(tuple(sh)).transpose(0, -1)
+    elif layout == "stepped" and n >= 1:
         sh = list(shape)
         sh[-1] = sh[-1] * 2
-        return values(tuple(sh))[..., ::2]
-    if layout == "offset":
-        numel = math.prod(shape)
-        return values((numel + 1,))[1:].view(shape)
-    if layout == "expanded" and n >= 1:
-        return values((1,) + tuple(shape[1:])).expand(shape)
-    return values(tuple(shape))
+        t = values(tuple(sh))[..., ::2]
+    elif layout == "offset":
+        t = values((math.prod(shape) + 1,))[1:].view(shape)
+    elif layout == "expanded" and n >= 1:
+        t = values((1,) + tuple(shape[1:])).expand(shape)
+    elif layout == "channels_last" and n == 4:
+        t = values(tuple(shape)).contiguous(memory_format=torch.channels_last)
+    elif layout == "param" and dtype.is_floating_point:
+        return torch.nn.Parameter(values(tuple(shape)), requires_grad=rg)
+    else:
+        t = values(tuple(shape))
+    return t.requires_grad_(True) if rg else t
 
 
 @dataclass(frozen=True)
 class CallSpec:
-    """One call's arguments."""
+    """One call: its arguments, what changes before it, and the mode it runs in."""
     x: TSpec
     y: TSpec | None = None
     s: object = None  # Python scalar (int, float, bool) or None
     s_mode: str = "pos"  # pos | kw | default
     c: tuple = ()  # TSpecs of the container elements
-    alias: str = ""  # "" | y_is_x | y_view_x | c0_is_x
+    alias: str = ""  # "" | y_is_x | y_view_x | y_view_as_x | c0_is_x
+    y_none: bool = False  # pass y=None
+    env: tuple = ()  # source lines run before the call: change K, W, fn.__defaults__
+    mode: str = ""  # "" | no_grad | inference | autocast | deterministic | f64default
+    bad: str = ""  # "" | extra | unknown_kw | missing: a call eager rejects (or *args takes)
 
 
 @dataclass
 class Program:
     name: str
     src: str
+    x_ndim: int
     has_y: bool
     y_ndim: int
-    x_ndim: int
     has_s: bool
     s_kind: str  # int | float
     s_default: object
@@ -225,87 +254,109 @@ class Program:
     c_ndim: int
     dtype_group: str  # float | int | any
     dynamic: object
+    max_versions: int | None = None
+    y_optional: bool = False  # calls may pass y=None (the body replaces it)
+    c_vary: bool = False  # calls pass containers of c_n .. c_n + 2 tensors
+    scope: str = ""  # "" | global | closure: where K and W live
+    star: bool = False  # signature (x, *args, **kwargs): y, c in args, s in kwargs
     graph_break: bool = False
 
 
-def build_args(prog: Program, cs: CallSpec):
-    """(args, kwargs) for one call, built fresh from the specs."""
-    x = make_tensor(*_targs(cs.x))
-    args = [x]
-    kwargs = {}
-    if prog.has_y:
-        if cs.alias == "y_is_x":
-            y = x
-        elif cs.alias == "y_view_x":
-            y = x[1:] if prog.y_ndim == prog.x_ndim else x[0]
-        else:
-            y = make_tensor(*_targs(cs.y))
-        args.append(y)
-    if prog.has_s:
-        if cs.s_mode == "pos":
-            args.append(cs.s)
-        elif cs.s_mode == "kw":
-            kwargs["s"] = cs.s
-    if prog.c_kind:
-        elems = [make_tensor(*_targs(t)) for t in cs.c]
-        if cs.alias == "c0_is_x":
-            elems[0] = x
-        if prog.c_kind == "tuple":
-            c = tuple(elems)
-        elif prog.c_kind == "list":
-            c = list(elems)
-        else:
-            c = dict(zip("abcd", elems))
-        if cs.s_mode == "pos" or not prog.has_s:
-            args.append(c)
-        else:
-            kwargs["c"] = c
-    return tuple(args), kwargs
+def _lit(v) -> str:
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return f"float({str(v)!r})"
+    return repr(v)
 
 
-def _targs(t: TSpec):
-    return (t.shape, t.dtype, t.layout, t.seed, t.special)
-
-
-def args_expr(prog: Program, cs: CallSpec) -> str:
-    """Python source building the same (args, kwargs) as build_args."""
+def args_src(p: Program, cs: CallSpec) -> str:
+    """Python source building one call's (args, kwargs); build_args execs it, and the
+    reproducer prints it."""
     lines = [f"x = {cs.x.expr()}"]
-    args = ["x"]
-    kwargs = []
-    if prog.has_y:
-        if cs.alias == "y_is_x":
-            lines.append("y = x")
+    args, kwargs = ["x"], []
+    if p.has_y:
+        if cs.y_none:
+            y = "None"
+        elif cs.alias == "y_is_x":
+            y = "x"
         elif cs.alias == "y_view_x":
-            lines.append("y = x[1:]" if prog.y_ndim == prog.x_ndim else "y = x[0]")
+            y = "x[1:]" if p.y_ndim == p.x_ndim else "x[0]"
+        elif cs.alias == "y_view_as_x":
+            y = "x.view_as(x)"
         else:
-            lines.append(f"y = {cs.y.expr()}")
+            y = cs.y.expr()
+        lines.append(f"y = {y}")
         args.append("y")
-    if prog.has_s:
-        if cs.s_mode == "pos":
-            args.append(repr(cs.s) if not _isnan(cs.s) else "float('nan')")
-        elif cs.s_mode == "kw":
-            kwargs.append(f"s={cs.s!r}" if not _isnan(cs.s) else "s=float('nan')")
-    if prog.c_kind:
+    if p.has_s:
+        if cs.s_mode == "pos" and not p.star:
+            args.append(_lit(cs.s))
+        elif cs.s_mode != "default" or p.star:
+            kwargs.append(f"s={_lit(cs.s)}")
+    if p.c_kind:
         elems = [t.expr() for t in cs.c]
         if cs.alias == "c0_is_x":
             elems[0] = "x"
-        if prog.c_kind == "tuple":
-            c = "(" + ", ".join(elems) + ",)"
-        elif prog.c_kind == "list":
+        if p.c_kind == "tuple":
+            c = "(" + "".join(e + ", " for e in elems) + ")"
+        elif p.c_kind == "list":
             c = "[" + ", ".join(elems) + "]"
         else:
-            c = "{" + ", ".join(f"{k!r}: {e}" for k, e in zip("abcd", elems)) + "}"
+            c = "{" + ", ".join(f"{k!r}: {e}" for k, e in zip("abcde", elems)) + "}"
         lines.append(f"c = {c}")
-        if cs.s_mode == "pos" or not prog.has_s:
+        if cs.s_mode == "pos" or not p.has_s or p.star:
             args.append("c")
         else:
             kwargs.append("c=c")
-    lines.append(f"args, kwargs = ({', '.join(args)},), dict({', '.join(kwargs)})")
+    if cs.bad == "extra":
+        args.append("0")
+    elif cs.bad == "unknown_kw":
+        kwargs.append("zz=1")
+    elif cs.bad == "missing":
+        args.pop()
+    lines.append(f"args, kwargs = ({''.join(a + ', ' for a in args)}), "
+                 f"dict({', '.join(kwargs)})")
     return "\n".join(lines)
 
 
-def _isnan(v):
-    return isinstance(v, float) and math.isnan(v)
+def build_args(p: Program, cs: CallSpec):
+    ns = {"torch": torch, "make_tensor": make_tensor}
+    exec(args_src(p, cs), ns)
+    return ns["args"], ns["kwargs"]
+
+
+@contextlib.contextmanager
+def call_mode(mode: str):
+    """The global state one call runs under."""
+    if mode == "no_grad":
+        with torch.no_grad():
+            yield
+    elif mode == "inference":
+        with torch.inference_mode():
+            yield
+    elif mode == "autocast":
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            yield
+    elif mode == "deterministic":
+        torch.use_deterministic_algorithms(True)
+        try:
+            yield
+        finally:
+            torch.use_deterministic_algorithms(False)
+    elif mode == "f64default":
+        torch.set_default_dtype(torch.float64)
+        try:
+            yield
+        finally:
+            torch.set_default_dtype(torch.float32)
+    else:
+        yield
+
+
+_MODE_SRC = {
+    "no_grad": "with torch.no_grad():", "inference": "with torch.inference_mode():",
+    "autocast": "with torch.autocast('cpu', dtype=torch.bfloat16):",
+    "deterministic": "torch.use_deterministic_algorithms(True)  # reset it afterwards\nif 1:",
+    "f64default": "torch.set_default_dtype(torch.float64)  # reset it afterwards\nif 1:",
+}
 
 
 # ------------------------------------------------------------------ the function family
@@ -323,13 +374,18 @@ _fn_ids = itertools.count()
 
 
 class Gen:
-    """Draws one function of the family: source text plus its parameter layout."""
+    """Draws one function of the family: source text plus its parameter layout.
+
+    Variables are tracked with their rank, so most generated code is well-formed for the
+    inputs drawn for it; eager errors (dtypes, broadcasting, zero sizes, overlapping
+    writes, raise/assert) still happen on purpose and are compared too."""
 
     def __init__(self, draw):
         self.draw = draw
         self.lines: list[str] = []
-        self.tvars: list[tuple[str, int]] = []  # (name, ndim) of tensor variables in scope
+        self.tvars: list[tuple[str, int]] = []  # tensors in scope: (name, ndim)
         self.ivars: list[str] = []  # Python ints
+        self.svars: list[tuple[str, int]] = []  # tuples of tensors: (name, element ndim)
         self.k = 0
 
     def d(self, strat):
@@ -356,6 +412,8 @@ class Gen:
         opts = ["2", "0.5", "-1", "3", "0", "1.5"]
         if self.p.has_s:
             opts += ["s", "s"]
+        if self.p.scope:
+            opts += ["K"]
         return self.pick(opts)
 
     def intexpr(self):
@@ -363,22 +421,27 @@ class Gen:
         opts = ["x.numel()", "x.dim()"]
         if n >= 1:
             opts += ["x.shape[0]", "x.size(-1)", "x.shape[0] + 1", "x.shape[-1] // 2",
-                     "len(x)", "x.shape[0] * x.shape[-1]"]
+                     "len(x)", "x.shape[0] * x.shape[-1]", "x.stride(0)",
+                     "max(x.shape[0], 2)", "x.shape[0] % 3", "min(x.shape[-1], 2)"]
         if self.p.has_y and self.p.y_ndim >= 1:
             opts += ["y.shape[-1]"]
         if self.p.c_kind:
             opts += ["len(c)"]
         if self.p.has_s and self.p.s_kind == "int":
             opts += ["s + 1", "s * 2"]
+        if self.p.scope:
+            opts += ["K + 1"]
+        opts += [f"len({v})" for v, _ in self.svars]
         opts += self.ivars * 2
         return self.pick(opts)
 
     def operand(self, a_ndim):
-        """Second operand of a binary op: a tensor, a scalar or a size."""
-        kind = self.d(_w((5, "tensor"), (3, "scalar"), (1, "size")))
-        if kind == "tensor":
-            name, nd = self.tensor(max_ndim=a_ndim)
-            return name, nd
+        """Second operand of a binary op: a tensor, a scalar, a size or the global W."""
+        kind = self.d(_w((5, "tensor"), (3, "scalar"), (1, "size"), (1, "W")))
+        if kind == "W" and self.p.scope:
+            return "W", 0
+        if kind == "tensor" or kind == "W":
+            return self.tensor(max_ndim=a_ndim)
         if kind == "scalar":
             return self.scalar_lit(), 0
         return self.intexpr(), 0
@@ -386,51 +449,55 @@ class Gen:
     # ---- expressions: (code, ndim)
     def view_expr(self, a, n):
         opts = ["view(-1)", "reshape(-1)", "unsqueeze(0)", "unsqueeze(-1)", "flatten()",
-                "contiguous()", "detach()"]
+                "contiguous()", "detach()", "to(x.dtype)"]
         if n <= 2:
             opts += ["t()"] * 2
         if n >= 1:
             opts += ["transpose(0, -1)", "[1:]", "[..., ::2]", "narrow0", "narrowk", "[0]",
-                     "select(0, -1)", "expand", "reshape2", "split"]
+                     "select(0, -1)", "expand", "reshape2", "split", "[:int]", "[-int:]"]
+            if self.p.has_s and self.p.s_kind == "int":
+                opts += ["[:s]"]
         if n >= 2:
-            opts += ["diagonal()", "[:, 1:]", "transpose(0, 1)"]
+            opts += ["diagonal()", "[:, 1:]", "transpose(0, 1)", "mT"]
+        if n == 2:
+            opts += ["T"]
+        if self.p.has_y:
+            opts += ["expand_as(y)", "to(y.dtype)", "type_as(y)"]
         op = self.pick(opts)
-        if op == "view(-1)":
-            return f"{a}.view(-1)", 1
-        if op == "reshape(-1)":
-            return f"{a}.reshape(-1)", 1
-        if op == "flatten()":
-            return f"{a}.flatten()", 1 if n == 0 else 1
+        if op in ("view(-1)", "reshape(-1)", "flatten()"):
+            return f"{a}.{op}", 1
         if op.startswith("unsqueeze"):
             return f"{a}.{op}", n + 1
-        if op in ("contiguous()", "detach()", "t()", "transpose(0, -1)", "transpose(0, 1)"):
+        if op in ("contiguous()", "detach()", "t()", "transpose(0, -1)", "transpose(0, 1)",
+                  "mT", "T", "to(x.dtype)", "to(y.dtype)", "type_as(y)"):
             return f"{a}.{op}", n
-        if op in ("[1:]", "[..., ::2]", "[:, 1:]"):
+        if op in ("[1:]", "[..., ::2]", "[:, 1:]", "[:s]"):
             return f"{a}{op}", n
+        if op == "[:int]":
+            return f"{a}[:{self.intexpr()}]", n
+        if op == "[-int:]":
+            return f"{a}[-{self.intexpr()}:]", n
+        if op == "expand_as(y)":
+            return f"{a}.expand_as(y)", self.p.y_ndim
         if op == "narrow0":
             return f"{a}.narrow(0, 0, {a}.shape[0] // 2)", n
         if op == "narrowk":
-            k = self.pick([0, 1, 2])
-            return f"{a}.narrow(-1, 1, {k})", n
-        if op == "[0]":
-            return f"{a}[0]", n - 1
-        if op == "select(0, -1)":
-            return f"{a}.select(0, -1)", n - 1
+            return f"{a}.narrow(-1, 1, {self.pick([0, 1, 2])})", n
+        if op in ("[0]", "select(0, -1)", "diagonal()"):
+            return (f"{a}{op}" if op == "[0]" else f"{a}.{op}"), n - 1
         if op == "expand":
             return f"{a}.expand(2, *{a}.shape)", n + 1
         if op == "reshape2":
             return f"{a}.reshape({a}.shape[0], -1)", 2
         if op == "split":
             return f"{a}.split(2)[0]", n
-        if op == "diagonal()":
-            return f"{a}.diagonal()", n - 1
         raise AssertionError(op)
 
     def elementwise_expr(self, a, n):
         op = self.d(_w((3, "+"), (2, "-"), (3, "*"), (1, "/"), (1, "max"), (1, "where"),
                        (1, "pow"), (1, "abs"), (1, "neg"), (1, "clamp"), (1, "cmp"),
                        (1, "float"), (1, "to64"), (1, "long"), (1, "zeros_like"),
-                       (1, "sizemul"), (1, "sigmoid"), (1, "bf16")))
+                       (1, "sizemul"), (1, "sigmoid"), (1, "bf16"), (1, "matmul")))
         if op in "+-*/":
             b, nb = self.operand(n)
             if self.d(st.booleans()):
@@ -442,56 +509,42 @@ class Gen:
         if op == "where":
             b, nb = self.operand(n)
             return f"torch.where({a} > 0, {a}, {b})", max(n, nb)
-        if op == "pow":
-            return f"{a} ** 2", n
-        if op == "abs":
-            return f"{a}.abs()", n
-        if op == "neg":
-            return f"-{a}", n
-        if op == "clamp":
-            return f"{a}.clamp(min=-1, max=1)", n
         if op == "cmp":
             b, nb = self.operand(n)
             return f"({a} > {b})", max(n, nb)
-        if op == "float":
-            return f"{a}.float()", n
-        if op == "to64":
-            return f"{a}.to(torch.float64)", n
-        if op == "long":
-            return f"{a}.long()", n
-        if op == "zeros_like":
-            return f"torch.zeros_like({a})", n
         if op == "sizemul":
             return f"{a} * {self.intexpr()}", n
-        if op == "sigmoid":
-            return f"{a}.sigmoid()", n
-        if op == "bf16":
-            return f"{a}.to(torch.bfloat16)", n
-        raise AssertionError(op)
+        if op == "matmul":
+            if n >= 2:
+                return f"{a} @ {a}.transpose(-1, -2)", n
+            if n == 1:
+                return f"{a} @ {a}", 0
+            return f"{a} * {a}", 0
+        return {"pow": (f"{a} ** 2", n), "abs": (f"{a}.abs()", n), "neg": (f"-{a}", n),
+                "clamp": (f"{a}.clamp(min=-1, max=1)", n), "float": (f"{a}.float()", n),
+                "to64": (f"{a}.to(torch.float64)", n), "long": (f"{a}.long()", n),
+                "zeros_like": (f"torch.zeros_like({a})", n),
+                "sigmoid": (f"{a}.sigmoid()", n), "bf16": (f"{a}.to(torch.bfloat16)", n)}[op]
 
     def reduction_expr(self, a, n):
         if n == 0:
             return f"{a}.{self.pick(['sum()', 'mean()', 'amax()'])}", 0
         dd = self.d(st.integers(-n, n - 1))
         op = self.pick(["sum", "sum", "mean", "amax", "amax", "prod", "sumall", "meanall",
-                        "sum64", "amax2", "argmax"])
+                        "sum64", "amax2", "argmax", "maxvalues"])
         if op in ("sum", "mean", "amax", "prod"):
             if op != "prod" and self.d(st.booleans()):
                 return f"{a}.{op}({dd}, keepdim=True)", n
             return f"{a}.{op}({dd})", n - 1
-        if op == "sumall":
-            return f"{a}.sum()", 0
-        if op == "meanall":
-            return f"{a}.mean()", 0
-        if op == "sum64":
-            return f"{a}.sum(dtype=torch.float64)", 0
         if op == "amax2":
             if n >= 2:
                 return f"{a}.amax(dim=(0, -1))", n - 2
             return f"{a}.amax(dim=0)", n - 1
-        if op == "argmax":
-            return f"{a}.argmax()", 0
-        raise AssertionError(op)
+        if op == "maxvalues":
+            return f"{a}.max({dd}).values", n - 1
+        return {"sumall": (f"{a}.sum()", 0), "meanall": (f"{a}.mean()", 0),
+                "sum64": (f"{a}.sum(dtype=torch.float64)", 0),
+                "argmax": (f"{a}.argmax()", 0)}[op]
 
     def factory_expr(self):
         op = self.pick(["ones", "arange", "full", "zeros_shape"])
@@ -510,20 +563,15 @@ class Gen:
         if op == "+":
             return f"{a} + {self.scalar_lit()}"
         if op == "*":
-            b, _ = self.tensor(max_ndim=n)
-            return f"{a} * {b}"
-        if op == "abs":
-            return f"{a}.abs()"
+            return f"{a} * {self.tensor(max_ndim=n)[0]}"
         if op == "t" and n <= 2:
             return f"{a}.t()"
         if op == "[1:]" and n >= 1:
             return f"{a}[1:]"
-        if op == "contiguous":
-            return f"{a}.contiguous()"
         if op == "keepsum" and n >= 1:
             return f"{a}.sum(-1, keepdim=True)"
-        if op == "float":
-            return f"{a}.float()"
+        if op in ("abs", "contiguous", "float"):
+            return f"{a}.{op}()"
         return f"{a}.clamp(min=-1, max=1)"
 
     # ---- in-place
@@ -538,84 +586,79 @@ class Gen:
         return tgt, nd
 
     def inplace_expr(self, a, n):
+        """(code, ndim of its value), or (code, None) for a statement (setitem)."""
         tgt, nd = self.inplace_target(a, n)
         op = self.d(_w((3, "add_"), (2, "mul_"), (2, "clamp_min"), (1, "clamp_"), (1, "sub_"),
                        (1, "zero_"), (1, "fill_"), (1, "copy_"), (1, "div_"), (1, "abs_"),
-                       (1, "neg_")))
+                       (1, "neg_"), (2, "setitem")))
+        if op == "setitem":  # x[...] = 3 lowers with a get_attr constant: a fallback
+            if nd >= 1 and self.d(_w((3, True), (1, False))):
+                b, _ = self.tensor(max_ndim=nd - 1)
+                return f"{tgt}[{self.pick(['0', '-1', '1:', '..., 0'])}] = {b}", None
+            return f"{tgt}[...] = {self.scalar_lit()}", None
         if op in ("add_", "mul_"):
             b, _ = self.operand(nd)
             return f"{tgt}.{op}({b})", nd
+        if op == "copy_":
+            return f"{tgt}.copy_({self.tensor(max_ndim=nd)[0]})", nd
         if op == "clamp_min":
             return f"{tgt}.clamp_(min={self.pick(['0', '-1', '0.5'])})", nd
-        if op == "clamp_":
-            return f"{tgt}.clamp_(-1, 1)", nd
-        if op == "sub_":
-            return f"{tgt}.sub_(1)", nd
-        if op == "zero_":
-            return f"{tgt}.zero_()", nd
         if op == "fill_":
             return f"{tgt}.fill_({self.scalar_lit()})", nd
-        if op == "copy_":
-            b, _ = self.tensor(max_ndim=nd)
-            return f"{tgt}.copy_({b})", nd
-        if op == "div_":
-            return f"{tgt}.div_(2)", nd
-        return f"{tgt}.{op}()", nd
+        return {"clamp_": f"{tgt}.clamp_(-1, 1)", "sub_": f"{tgt}.sub_(1)",
+                "zero_": f"{tgt}.zero_()", "div_": f"{tgt}.div_(2)", "abs_": f"{tgt}.abs_()",
+                "neg_": f"{tgt}.neg_()"}[op], nd
 
     # ---- statements
     def cond(self):
         p = self.p
-        opts = ["dtype_f32", "isfloat", "numel0", "dim", "contig"]
+        opts = ["dtype", "isfloat", "numel0", "dim", "contig"]
         if p.x_ndim >= 1:
-            opts += ["shape"] * 4
+            opts += ["shape"] * 4 + ["stride", "shapemod", "shapeprod"]
         if p.has_s:
-            opts += ["s"] * 3 + ["stype"]
+            opts += ["s"] * 3 + ["stype", "sflag"]
         if p.has_y:
             opts += ["yshape"]
+        if p.scope:
+            opts += ["K"]
         c = self.pick(opts)
         if c == "shape":
-            dd = self.d(st.integers(0, p.x_ndim - 1))
-            k = self.pick([0, 1, 2, 3, 4])
-            return f"x.shape[{dd}] > {k}"
-        if c == "dtype_f32":
+            return f"x.shape[{self.d(st.integers(0, p.x_ndim - 1))}] > {self.pick(range(5))}"
+        if c == "dtype":
             return self.pick(["x.dtype == torch.float32", "x.dtype in (torch.int64, torch.bool)",
                               "x.dtype != torch.bfloat16"])
-        if c == "isfloat":
-            return "x.is_floating_point()"
-        if c == "numel0":
-            return "x.numel() == 0"
-        if c == "dim":
-            return f"x.dim() == {p.x_ndim}"
-        if c == "contig":
-            return "x.is_contiguous()"
         if c == "s":
             return f"s {self.pick(['>', '<', '==', '>='])} {self.pick([0, 1, 2])}"
-        if c == "stype":
-            return "isinstance(s, float)"
-        if c == "yshape":
-            return "y.shape == x.shape"
-        raise AssertionError(c)
+        if c == "stride":
+            return self.pick(["x.stride(-1) == 1", "x.stride(0) > 1", "x.storage_offset() > 0"])
+        if c == "K":
+            return self.pick(["K > 2", "K == 2", "W.dtype == torch.float32"])
+        return {"isfloat": "x.is_floating_point()", "numel0": "x.numel() == 0",
+                "dim": f"x.dim() == {p.x_ndim}", "contig": "x.is_contiguous()",
+                "stype": "isinstance(s, float)", "sflag": "s",
+                "shapemod": "x.shape[0] % 2 == 0", "shapeprod": "x.shape[0] * x.shape[-1] > 6",
+                "yshape": "y.shape == x.shape"}[c]
 
     def stmt(self, ind=""):
         kind = self.d(_w((4, "view"), (5, "elementwise"), (3, "reduction"), (4, "inplace"),
                          (2, "inplace_expr"), (1, "intvar"), (1, "factory"), (2, "branch"),
-                         (2, "early_return"), (1, "cat"), (1, "local_list")))
+                         (2, "early_return"), (1, "cat"), (1, "local_list"), (1, "raise"),
+                         (1, "loop"), (1, "seq")))
         if kind in ("view", "elementwise", "reduction"):
             a, n = self.tensor(min_ndim=1 if kind == "view" and self.d(st.booleans()) else 0)
             code, nd = getattr(self, f"{kind}_expr")(a, n)
             v = self.new()
             self.lines.append(f"{ind}{v} = {code}")
             self.tvars.append((v, nd))
-        elif kind == "inplace":
-            a, n = self.tensor()
-            code, _ = self.inplace_expr(a, n)
-            self.lines.append(f"{ind}{code}")
-        elif kind == "inplace_expr":
+        elif kind in ("inplace", "inplace_expr"):
             a, n = self.tensor()
             code, nd = self.inplace_expr(a, n)
-            v = self.new()
-            self.lines.append(f"{ind}{v} = {code}")
-            self.tvars.append((v, nd))
+            if kind == "inplace" or nd is None:
+                self.lines.append(f"{ind}{code}")
+            else:
+                v = self.new()
+                self.lines.append(f"{ind}{v} = {code}")
+                self.tvars.append((v, nd))
         elif kind == "intvar":
             v = self.new("n")
             self.lines.append(f"{ind}{v} = {self.intexpr()}")
@@ -637,17 +680,14 @@ class Gen:
         elif kind == "local_list":
             a, _ = self.tensor()
             b, nb = self.tensor()
-            v = self.new("l")
-            t = self.new()
-            self.lines.append(f"{ind}{v} = [{a}]")
-            self.lines.append(f"{ind}{v}.append({b})")
-            self.lines.append(f"{ind}{t} = {v}[-1]")
+            v, t = self.new("l"), self.new()
+            self.lines += [f"{ind}{v} = [{a}]", f"{ind}{v}.append({b})", f"{ind}{t} = {v}[-1]"]
             self.tvars.append((t, nb))
         elif kind == "branch":
             a, n = self.tensor()
             v = self.new()
             self.lines.append(f"{ind}if {self.cond()}:")
-            if self.d(st.integers(0, 3)) == 0:
+            if self.d(st.integers(0, 3)) == 3:
                 b, nb = self.tensor()
                 code, _ = self.inplace_expr(b, nb)
                 self.lines.append(f"{ind}    {code}")
@@ -658,30 +698,77 @@ class Gen:
         elif kind == "early_return":
             self.lines.append(f"{ind}if {self.cond()}:")
             self.lines.append(f"{ind}    return {self.ret(depth=1)}")
+        elif kind == "raise":
+            if self.d(st.booleans()):
+                self.lines.append(f"{ind}assert not ({self.cond()}), 'fuzz assert'")
+            else:
+                self.lines.append(f"{ind}if {self.cond()}:")
+                exc = self.pick(["ValueError", "TypeError", "RuntimeError"])
+                msg = self.pick(["'fuzz error'", "f'fuzz {x.dim()}'", "'fuzz ' + str(x.dtype)"])
+                self.lines.append(f"{ind}    raise {exc}({msg})")
+        elif kind == "loop":
+            a, n = self.tensor()
+            v = self.new()
+            if self.p.c_kind:
+                it = "c.values()" if self.p.c_kind == "dict" else "c"
+                self.lines += [f"{ind}{v} = {a}", f"{ind}for _e in {it}:",
+                               f"{ind}    {v} = {v} + _e"]
+                self.tvars.append((v, max(n, self.p.c_ndim)))
+            else:
+                rng = self.pick(["2", "min(x.dim(), 3)"])
+                self.lines += [f"{ind}{v} = {a} * 1", f"{ind}for _i in range({rng}):",
+                               f"{ind}    {v} = {v} + _i"]
+                self.tvars.append((v, n))
+        elif kind == "seq":
+            a, n = self.tensor(min_ndim=1)
+            if n == 0:
+                a, n = "x", self.p.x_ndim
+            v = self.new("q")
+            if n >= 1:
+                code, en = self.pick([(f"{a}.unbind(0)", n - 1), (f"{a}.split(2)", n),
+                                      (f"{a}.chunk(2)", n), (f"{a}.unbind(-1)", n - 1),
+                                      (f"{a}.max(0)", n - 1)])
+            else:
+                code, en = f"({a}, {a} + 1)", n
+            if self.p.has_y and self.d(st.integers(0, 3)) == 3:
+                code, en = f"torch.broadcast_tensors({a}, y)", max(n, self.p.y_ndim)
+            self.lines.append(f"{ind}{v} = {code}")
+            self.svars.append((v, en))
+            if self.d(st.booleans()):
+                t = self.new()
+                self.lines.append(f"{ind}{t} = {v}[{self.pick(['0', '-1'])}]")
+                self.tvars.append((t, en))
 
     # ---- returns
     def leaf(self):
+        p = self.p
         kind = self.d(_w((8, "tensor"), (2, "int"), (1, "s"), (1, "none"), (1, "input"),
-                         (1, "const"), (1, "size"), (1, "dtype"), (1, "container")))
-        if kind == "tensor" or (kind == "s" and not self.p.has_s) or \
-                (kind == "container" and not self.p.c_kind):
+                         (1, "const"), (1, "size"), (1, "dtype"), (1, "container"),
+                         (1, "seq"), (1, "bool"), (1, "global")))
+        if kind == "container" and not _bug_ok("container_arg_returned"):
+            kind = "tensor"  # KNOWN_BUGS["container_arg_returned"]
+        if (kind == "s" and not p.has_s) or (kind == "container" and not p.c_kind) or \
+                (kind == "seq" and not self.svars) or (kind == "global" and not p.scope):
+            kind = "tensor"
+        if kind == "tensor":
             return self.tensor()[0]
         if kind == "int":
             return self.intexpr()
         if kind == "s":
             return self.pick(["s", "s * 2", "-s"])
-        if kind == "none":
-            return "None"
         if kind == "input":
-            opts = ["x"] + (["y"] if self.p.has_y else [])
-            return self.pick(opts)
+            return self.pick(["x"] + (["y"] if p.has_y else []))
         if kind == "const":
             return self.pick(["3", "1.5", "True", "'tag'", "-1"])
-        if kind == "size":
-            return self.pick(["x.shape", "x.size()"])
-        if kind == "dtype":
-            return "x.dtype"
-        return "c"
+        if kind == "size":  # a returned torch.Size falls back to eager: mostly convert it
+            return self.pick(["x.shape", "tuple(x.shape)", "list(x.size())", "tuple(x.stride())"])
+        if kind == "seq":
+            return self.pick(self.svars)[0]
+        if kind == "bool":
+            return self.pick(["x.is_contiguous()", "x.is_floating_point()", "x.requires_grad"])
+        if kind == "global":
+            return self.pick(["W", "K"])
+        return {"none": "None", "dtype": "x.dtype", "container": "c"}[kind]
 
     def ret(self, depth=0):
         kind = self.d(_w((4, "leaf"), (3, "tuple"), (1, "list"), (1, "dict"))) if depth < 2 \
@@ -689,10 +776,10 @@ class Gen:
         if kind == "leaf":
             return self.leaf()
         n = self.d(st.integers(0 if kind != "tuple" else 1, 4))
-        items = [self.ret(depth + 1) if self.d(st.integers(0, 4)) == 0 else self.leaf()
+        items = [self.ret(depth + 1) if self.d(st.integers(0, 4)) == 4 else self.leaf()
                  for _ in range(n)]
         if kind == "tuple":
-            return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+            return "(" + "".join(it + ", " for it in items) + ")"
         if kind == "list":
             return "[" + ", ".join(items) + "]"
         keys = self.pick(["abcd", "uvwx", "pqrs"])
@@ -701,7 +788,7 @@ class Gen:
     # ---- the whole function
     def program(self) -> Program:
         d = self.d
-        x_ndim = d(_w((1, 0), (4, 1), (5, 2), (2, 3)))
+        x_ndim = d(_w((1, 0), (4, 1), (5, 2), (2, 3), (1, 4)))
         has_y = d(st.booleans())
         y_ndim = d(st.integers(max(0, x_ndim - 1), x_ndim)) if has_y else 0
         has_s = d(_w((3, True), (2, False)))
@@ -710,17 +797,34 @@ class Gen:
         c_kind = d(_w((3, ""), (1, "tuple"), (1, "list"), (1, "dict")))
         c_n = d(st.integers(1, 3)) if c_kind else 0
         c_ndim = d(st.integers(max(0, x_ndim - 1), x_ndim)) if c_kind else 0
-        dtype_group = d(_w((5, "float"), (2, "int"), (1, "any")))
-        dynamic = d(_w((6, None), (1, True), (1, False)))
-        name = f"f_fuzz{next(_fn_ids)}"
-        self.p = Program(name, "", has_y, y_ndim, x_ndim, has_s, s_kind, s_default, c_kind,
-                         c_n, c_ndim, dtype_group, dynamic)
+        p = self.p = Program(
+            name=f"f_fuzz{next(_fn_ids)}", src="", x_ndim=x_ndim, has_y=has_y, y_ndim=y_ndim,
+            has_s=has_s, s_kind=s_kind, s_default=s_default, c_kind=c_kind, c_n=c_n,
+            c_ndim=c_ndim, dtype_group=d(_w((5, "float"), (2, "int"), (1, "any"))),
+            dynamic=d(_w((4, None), (2, True), (1, False))),
+            max_versions=d(_w((12, None), (1, 2), (1, 3))))
+        p.y_optional = has_y and d(st.integers(0, 3)) == 3
+        p.c_vary = c_kind in ("tuple", "list") and d(st.booleans())
+        p.scope = d(_w((4, ""), (1, "global"), (1, "closure")))
+        p.star = d(st.integers(0, 7)) == 7
         params = ["x"] + (["y"] if has_y else [])
         if has_s:
             params.append("s" if s_default is None else f"s={s_default!r}")
         if c_kind:
             params.append("c" if s_default is None else "c=None")
+        if p.star:
+            p.s_default = None
+            params = ["x", "*args", "**kwargs"]
+            if has_y:
+                self.lines.append("    y = args[0]")
+            if c_kind:
+                self.lines.append("    c = args[-1]")
+            if has_s:
+                self.lines.append("    s = kwargs['s']")
         self.tvars = [("x", x_ndim)] + ([("y", y_ndim)] if has_y else [])
+        if p.y_optional:
+            self.lines.append("    if y is None:")
+            self.lines.append("        y = " + ("x * 0 + 1" if y_ndim == x_ndim else "x.sum(0)"))
         if c_kind:
             if s_default is not None:
                 self.lines.append("    if c is None:")
@@ -732,16 +836,21 @@ class Gen:
         for _ in range(d(st.integers(1, 6))):
             self.stmt("    ")
         # Graph breaks (rarely): exercise the fallback path.
-        if d(st.integers(0, 30)) == 0:
+        if d(st.integers(0, 30)) == 30:
             a, _ = self.tensor()
-            brk = self.pick([f"if {a}.sum().item() > 0:\n        {a} = {a} + 1",
-                             f"_l = {a}.tolist()"])
-            self.lines.append("    " + brk)
-            self.p.graph_break = True
+            self.lines.append("    " + self.pick([
+                f"if {a}.sum().item() > 0:\n        {a} = {a} + 1", f"_l = {a}.tolist()"]))
+            p.graph_break = True
         self.lines.append(f"    return {self.ret()}")
-        src = f"def {name}({', '.join(params)}):\n" + "\n".join(self.lines) + "\n"
-        self.p.src = src
-        return self.p
+        src = f"def {p.name}({', '.join(params)}):\n" + "\n".join(self.lines) + "\n"
+        if p.scope == "closure":
+            src = (f"def make(K, W):\n" + "".join("    " + ln + "\n" for ln in src.splitlines())
+                   + "    def set_env(name, value):\n        nonlocal K, W\n"
+                   + "        if name == 'K':\n            K = value\n"
+                   + "        else:\n            W = value\n"
+                   + f"    return {p.name}, set_env\n")
+        p.src = src
+        return p
 
 
 # ------------------------------------------------------------------ drawing inputs
@@ -752,18 +861,19 @@ SIZES = _w((1, 0), (3, 1), (4, 2), (4, 3), (2, 4), (2, 5), (1, 7), (1, 8))
 def draw_dtype(draw, group):
     if group == "float":
         return draw(_w((8, torch.float32), (3, torch.float64), (2, torch.bfloat16),
-                       (1, torch.int64), (1, torch.bool)))
+                       (1, torch.float16), (1, torch.int64), (1, torch.bool)))
     if group == "int":
         return draw(_w((6, torch.int64), (3, torch.bool), (1, torch.float32)))
-    return draw(st.sampled_from([torch.float32, torch.float64, torch.bfloat16, torch.int64,
-                                 torch.bool]))
+    return draw(st.sampled_from([torch.float32, torch.float64, torch.bfloat16, torch.float16,
+                                 torch.int64, torch.bool]))
 
 
 def draw_tspec(draw, shape, dtype):
-    layout = draw(_w((8, "contig"), (2, "transposed"), (2, "stepped"), (1, "offset"),
-                     (1, "expanded")))
+    layout = draw(_w((10, "contig"), (2, "transposed"), (2, "stepped"), (1, "offset"),
+                     (1, "expanded"), (1, "channels_last"), (1, "param")))
     return TSpec(tuple(shape), dtype, layout, draw(st.integers(0, 2 ** 20)),
-                 dtype.is_floating_point and draw(st.integers(0, 9)) == 0)
+                 dtype.is_floating_point and draw(st.integers(0, 9)) == 9,
+                 dtype.is_floating_point and draw(st.integers(0, 19)) == 19)
 
 
 def broadcast_shape(draw, xshape, ndim):
@@ -783,10 +893,40 @@ def draw_scalar(draw, kind):
     if k == "other":
         k = "float" if kind == "int" else "int"
     if k == "int":
-        return draw(st.sampled_from([-2, 0, 1, 2, 3, 5]))
+        vals = [(3, -2), (3, 0), (3, 1), (3, 2), (3, 3), (3, 5)]
+        if _bug_ok("int_arg_beyond_int64"):  # KNOWN_BUGS["int_arg_beyond_int64"]
+            vals += [(1, 2 ** 63), (1, -2 ** 63 - 1), (1, 2 ** 64)]
+        return draw(_w(*vals, (1, 2 ** 62)))
     if k == "float":
-        return draw(_w((4, 0.5), (2, -1.5), (2, 2.0), (1, 0.0), (1, 3.25), (1, float("nan"))))
+        vals = [(4, 0.5), (2, -1.5), (2, 2.0), (2, 0.0), (1, 3.25), (1, float("nan")),
+                (1, float("inf"))]
+        if _bug_ok("negative_zero_float_arg"):  # KNOWN_BUGS["negative_zero_float_arg"]
+            vals.append((2, -0.0))
+        return draw(_w(*vals))
     return draw(st.booleans())
+
+
+def draw_env(draw, p: Program) -> tuple:
+    """Source lines changing K, W or fn.__defaults__ before a call (usually none)."""
+    env = []
+    if p.scope and draw(st.integers(0, 2)) == 2:
+        what = draw(st.sampled_from(["K", "W_add", "W_new"]))
+        if what == "K":
+            val = repr(draw(st.sampled_from([1, 2, 3, 0.5])))
+        elif what == "W_add":
+            env.append("W.add_(1)" if p.scope == "global" else "get_W().add_(1)")
+            val = None
+        else:
+            dt = draw(st.sampled_from(["torch.float32", "torch.float64", "torch.int64"]))
+            shape = draw(st.sampled_from(["()", "(1,)"]))
+            val = f"torch.full({shape}, {draw(st.sampled_from([1, 2, -3]))}, dtype={dt})"
+        if val is not None:
+            name = "K" if what == "K" else "W"
+            env.append(f"{name} = {val}" if p.scope == "global" else f"set_env({name!r}, {val})")
+    if p.has_s and p.s_default is not None and draw(st.integers(0, 4)) == 4:
+        tail = ", None" if p.c_kind else ""
+        env.append(f"fn.__defaults__ = ({_lit(draw_scalar(draw, p.s_kind))}{tail},)")
+    return tuple(env)
 
 
 def draw_call(draw, p: Program, prev: CallSpec | None) -> CallSpec:
@@ -805,24 +945,20 @@ def draw_call(draw, p: Program, prev: CallSpec | None) -> CallSpec:
         xshape = (draw(SIZES),) + prev.x.shape[1:]
     else:
         xshape = prev.x.shape
-    if change in ("all", "dtype"):
-        xdtype = draw_dtype(draw, p.dtype_group)
-    else:
-        xdtype = prev.x.dtype
-    if change in ("all", "layout", "shape", "dim0", "rank") or prev is None:
+    xdtype = draw_dtype(draw, p.dtype_group) if change in ("all", "dtype") else prev.x.dtype
+    if change in ("all", "layout", "shape", "dim0", "rank"):
         x = draw_tspec(draw, xshape, xdtype)
     else:
-        x = TSpec(xshape, xdtype, prev.x.layout, draw(st.integers(0, 2 ** 20)), prev.x.special)
+        x = replace(prev.x, shape=xshape, dtype=xdtype, seed=draw(st.integers(0, 2 ** 20)),
+                    rg=prev.x.rg and xdtype.is_floating_point)
     same_dtype = draw(_w((3, True), (1, False)))
     y = None
     if p.has_y:
-        yshape = broadcast_shape(draw, xshape, min(p.y_ndim, 4))
         ydtype = xdtype if same_dtype else draw_dtype(draw, p.dtype_group)
-        y = draw_tspec(draw, yshape, ydtype)
-    s = None
-    s_mode = "pos"
+        y = draw_tspec(draw, broadcast_shape(draw, xshape, p.y_ndim), ydtype)
+    s, s_mode = None, "pos"
     if p.has_s:
-        if change in ("all", "scalar") or prev is None:
+        if change in ("all", "scalar"):
             s = draw_scalar(draw, p.s_kind)
             s_mode = draw(_w((4, "pos"), (1, "kw"), (1 if p.s_default is not None else 0,
                                                        "default")))
@@ -832,35 +968,60 @@ def draw_call(draw, p: Program, prev: CallSpec | None) -> CallSpec:
             s_mode = "kw"
     c = ()
     if p.c_kind:
+        if not p.c_vary:
+            c_n = p.c_n
+        elif prev is not None and change not in ("all", "shape"):
+            c_n = len(prev.c)
+        else:
+            c_n = p.c_n + draw(st.integers(0, 2))
         c = tuple(draw_tspec(draw, broadcast_shape(draw, xshape, p.c_ndim),
                              xdtype if same_dtype else draw_dtype(draw, p.dtype_group))
-                  for _ in range(p.c_n))
+                  for _ in range(c_n))
+    y_none = p.y_optional and draw(st.integers(0, 2)) == 2
     alias = ""
-    if change in ("all", "alias") and draw(st.integers(0, 5)) == 0:
+    if change in ("all", "alias") and draw(st.integers(0, 5)) == 5:
         opts = []
-        if p.has_y and p.y_ndim == x_ndim:
-            opts.append("y_is_x")
-        if p.has_y and x_ndim >= 1 and (p.y_ndim == x_ndim or
-                                        p.y_ndim == x_ndim - 1 and xshape[0] > 0):
+        if p.has_y and p.y_ndim == x_ndim and not y_none:
+            opts += ["y_is_x", "y_view_as_x"]
+        if p.has_y and x_ndim >= 1 and not y_none and (
+                p.y_ndim == x_ndim or p.y_ndim == x_ndim - 1 and xshape[0] > 0):
             opts.append("y_view_x")
         if p.c_kind and p.c_ndim == x_ndim:
             opts.append("c0_is_x")
         if opts:
             alias = draw(st.sampled_from(opts))
-    return CallSpec(x, y, s, s_mode, c, alias)
+    mode = draw(_w((20, ""), (1, "no_grad"), (1, "inference"), (1, "autocast"),
+                   (1, "deterministic"), (1, "f64default")))
+    bad = draw(_w((40, ""), (1, "extra"), (1, "unknown_kw"), (1, "missing")))
+    return CallSpec(x, y, s, s_mode, c, alias, y_none, draw_env(draw, p), mode, bad)
+
+
+def _no_grad_inputs(cs: CallSpec) -> CallSpec:
+    def strip(t):
+        return t if t is None else replace(t, rg=False)
+    return replace(cs, x=strip(cs.x), y=strip(cs.y), c=tuple(strip(t) for t in cs.c))
 
 
 def draw_plan(draw, p: Program) -> list[CallSpec]:
-    """The calls of one example: first inputs twice, then changed inputs (some repeated),
-    then the first inputs again."""
+    """The calls of one example: the first inputs twice, then changed inputs (some
+    repeated), then the first inputs again."""
     first = draw_call(draw, p, None)
-    plan = [first, first]
+    first = replace(first, env=(), mode=first.mode if first.mode != "inference" else "",
+                    bad="")
+    plan = [first, replace(first, env=())]
     prev = first
     for _ in range(draw(st.integers(1, 4))):
         cs = draw_call(draw, p, prev if draw(_w((4, True), (1, False))) else None)
-        plan += [cs] * draw(_w((3, 1), (2, 2)))
+        plan.append(cs)
+        if draw(_w((3, False), (2, True))):
+            plan.append(replace(cs, env=()))  # the same call again: a hit
         prev = cs
-    plan.append(first)
+    plan.append(replace(first, env=()))
+    if not _bug_ok("scm_rebuilt_in_inference_mode") and any(
+            cs.mode == "inference" for cs in plan):
+        # KNOWN_BUGS["scm_rebuilt_in_inference_mode"]: no input requiring grad in a plan
+        # with inference-mode calls.
+        plan = [_no_grad_inputs(cs) for cs in plan]
     return plan
 
 
@@ -871,12 +1032,16 @@ class Mismatch(AssertionError):
     pass
 
 
+STRICT_STRIDES = os.environ.get("TRIDENT_FUZZ_STRICT_STRIDES") == "1"
+STRICT_VERSIONS = os.environ.get("TRIDENT_FUZZ_STRICT_VERSIONS") == "1"
+
+
 def _storage_id(t: torch.Tensor):
     return t.untyped_storage()._cdata
 
 
 def _sig_strides(t: torch.Tensor):
-    return tuple(st_ for sz, st_ in zip(t.shape, t.stride()) if sz > 1)
+    return tuple(s for n, s in zip(t.shape, t.stride()) if n > 1)
 
 
 def _walk(obj, path="out"):
@@ -891,14 +1056,11 @@ def _walk(obj, path="out"):
 
 
 def _tensor_close(a: torch.Tensor, e: torch.Tensor, path: str):
-    if a.shape != e.shape:
-        raise Mismatch(f"{path}: shape {tuple(a.shape)} vs eager {tuple(e.shape)}")
-    if a.dtype != e.dtype:
-        raise Mismatch(f"{path}: dtype {a.dtype} vs eager {e.dtype}")
-    if a.device != e.device:
-        raise Mismatch(f"{path}: device {a.device} vs eager {e.device}")
-    if a.requires_grad != e.requires_grad:
-        raise Mismatch(f"{path}: requires_grad {a.requires_grad} vs eager {e.requires_grad}")
+    for what in ("shape", "dtype", "device", "requires_grad", "layout"):
+        if getattr(a, what) != getattr(e, what):
+            raise Mismatch(f"{path}: {what} {getattr(a, what)} vs eager {getattr(e, what)}")
+    if a.is_inference() != e.is_inference():
+        raise Mismatch(f"{path}: is_inference {a.is_inference()} vs eager {e.is_inference()}")
     if e.is_floating_point():
         try:
             torch.testing.assert_close(a.detach(), e.detach(), equal_nan=True,
@@ -930,51 +1092,76 @@ def compare_tree(actual, expected, path="out"):
         for k in expected:
             compare_tree(actual[k], expected[k], f"{path}[{k!r}]")
     elif isinstance(expected, float) and math.isnan(expected):
-        if not (isinstance(actual, float) and math.isnan(actual)):
+        if not math.isnan(actual):
             raise Mismatch(f"{path}: {actual!r} vs eager nan")
+    elif isinstance(expected, float) and expected == 0.0:
+        if actual != 0.0 or math.copysign(1, actual) != math.copysign(1, expected):
+            raise Mismatch(f"{path}: {actual!r} vs eager {expected!r}")
     elif actual != expected:
         raise Mismatch(f"{path}: {actual!r} vs eager {expected!r}")
 
 
-def compare_layout_and_aliasing(out_j, out_e, args_j, args_e):
-    """Identity, storage sharing, strides and offsets of outputs against the inputs and
-    each other (`compare_tree` has already checked that both trees have one shape)."""
+def _base_class(t: torch.Tensor, ins: list) -> str:
+    """What `t._base` is, relative to the input tensors `ins`."""
+    base = t._base
+    if base is None:
+        return "no base"
+    for i, x in enumerate(ins):
+        if base is x:
+            return f"input {i}"
+        if x._base is not None and base is x._base:
+            return f"base of input {i}"
+    return "an intermediate"
+
+
+def compare_layout_and_aliasing(out_j, out_e, ins_j, ins_e):
+    """Identity, storage sharing, view bases, strides and offsets of outputs against the
+    inputs (`ins_*`: a tree of the arguments and globals) and each other.  `compare_tree`
+    has already checked that both trees have one shape."""
     nodes_e = list(_walk(out_e))
     nodes_j = [n for _, n in _walk(out_j)]
-    ins_e = [(p, n) for p, n in _walk(args_e, "arg")]
-    ins_j = [n for _, n in _walk(args_j, "arg")]
-    mutable = (torch.Tensor, list, dict, tuple)
+    in_e = list(_walk(ins_e, "arg"))
+    in_j = [n for _, n in _walk(ins_j, "arg")]
+    tin_e = [n for _, n in in_e if isinstance(n, torch.Tensor)]
+    tin_j = [n for n in in_j if isinstance(n, torch.Tensor)]
     for (path, e), j in zip(nodes_e, nodes_j):
-        if isinstance(e, mutable) and not isinstance(e, torch.Size):
-            # identity with inputs
-            for (ipath, ie), ij in zip(ins_e, ins_j):
+        if isinstance(e, (torch.Tensor, list, dict, tuple)) and not isinstance(e, torch.Size):
+            for (ipath, ie), ij in zip(in_e, in_j):
                 if (e is ie) != (j is ij):
                     raise Mismatch(f"{path}: `is {ipath}` is {j is ij} under trident, "
                                    f"{e is ie} in eager")
-        if isinstance(e, torch.Tensor):
-            shares_input = False
-            for (ipath, ie), ij in zip(ins_e, ins_j):
-                if not isinstance(ie, torch.Tensor):
-                    continue
+        if not isinstance(e, torch.Tensor):
+            continue
+        if (e.grad_fn is None) != (j.grad_fn is None):
+            raise Mismatch(f"{path}: grad_fn {j.grad_fn} under trident, eager {e.grad_fn}")
+        shares_input = False
+        for (ipath, ie), ij in zip(in_e, in_j):
+            if isinstance(ie, torch.Tensor):
                 se = _storage_id(e) == _storage_id(ie)
                 sj = _storage_id(j) == _storage_id(ij)
                 if se != sj:
-                    raise Mismatch(f"{path}: shares storage with {ipath}: {sj} under trident, "
-                                   f"{se} in eager")
+                    raise Mismatch(f"{path}: shares storage with {ipath}: {sj} under "
+                                   f"trident, {se} in eager")
                 shares_input |= se
-            if shares_input:
-                if j.stride() != e.stride() or j.storage_offset() != e.storage_offset():
-                    raise Mismatch(f"{path}: view of an input with stride {j.stride()} "
-                                   f"offset {j.storage_offset()}, eager stride {e.stride()} "
-                                   f"offset {e.storage_offset()}")
-            elif e.is_contiguous():
-                if not j.is_contiguous() or _sig_strides(j) != _sig_strides(e):
-                    raise Mismatch(f"{path}: eager's result is contiguous (stride "
-                                   f"{e.stride()}), trident's has stride {j.stride()}")
-    # outputs among themselves
-    tens = [(p, e, j) for (p, e), j in zip(nodes_e, nodes_j)
+        if shares_input:
+            be, bj = _base_class(e, tin_e), _base_class(j, tin_j)
+            if be != bj or e._is_view() != j._is_view():
+                raise Mismatch(f"{path}: a view of an input whose _base is {bj} under "
+                               f"trident, {be} in eager")
+        if shares_input or e._is_view():
+            if j.stride() != e.stride() or j.storage_offset() != e.storage_offset():
+                raise Mismatch(f"{path}: a view with stride {j.stride()} offset "
+                               f"{j.storage_offset()} under trident, eager stride "
+                               f"{e.stride()} offset {e.storage_offset()}")
+        elif e.is_contiguous():
+            if not j.is_contiguous() or _sig_strides(j) != _sig_strides(e):
+                raise Mismatch(f"{path}: eager's result is contiguous (stride "
+                               f"{e.stride()}), trident's has stride {j.stride()}")
+        elif STRICT_STRIDES and _sig_strides(j) != _sig_strides(e):
+            raise Mismatch(f"{path}: stride {j.stride()} under trident, eager {e.stride()}")
+    objs = [(p, e, j) for (p, e), j in zip(nodes_e, nodes_j)
             if isinstance(e, (torch.Tensor, list, dict))]
-    for (p1, e1, j1), (p2, e2, j2) in itertools.combinations(tens, 2):
+    for (p1, e1, j1), (p2, e2, j2) in itertools.combinations(objs, 2):
         if (e1 is e2) != (j1 is j2):
             raise Mismatch(f"{p1} is {p2}: {j1 is j2} under trident, {e1 is e2} in eager")
         if isinstance(e1, torch.Tensor) and isinstance(e2, torch.Tensor):
@@ -984,15 +1171,67 @@ def compare_layout_and_aliasing(out_j, out_e, args_j, args_e):
                 raise Mismatch(f"{p1} and {p2} share storage: {sj} under trident, {se} in eager")
 
 
-def compare_args(args_j, args_e):
-    """The arguments after the call: values and metadata (in-place mutation)."""
-    for (p, e), j in zip(_walk(args_e, "arg"), [n for _, n in _walk(args_j, "arg")]):
-        if isinstance(e, torch.Tensor):
+def compare_with_earlier(out_j, out_e, history):
+    """An output object (tensor, list, dict) is an earlier call's output object exactly
+    when it is in eager (e.g. a global returned twice), never a cached constant."""
+    now = [(p, e, j) for (p, e), j in zip(_walk(out_e), [n for _, n in _walk(out_j)])
+           if isinstance(e, (torch.Tensor, list, dict))]
+    for k, (old_j, old_e) in enumerate(history):
+        old = [(p, e, j) for (p, e), j in zip(_walk(old_e), [n for _, n in _walk(old_j)])
+               if isinstance(e, (torch.Tensor, list, dict))]
+        for (p1, e1, j1), (p2, e2, j2) in itertools.product(now, old):
+            if (e1 is e2) != (j1 is j2):
+                raise Mismatch(f"{p1} is {p2} of call {k}: {j1 is j2} under trident, "
+                               f"{e1 is e2} in eager")
+
+
+def _grads(out, ins):
+    """Gradients of the sum of the float outputs that require grad, with respect to the
+    input leaves that require grad; or the exception backward raised."""
+    outs = [o for _, o in _walk(out) if isinstance(o, torch.Tensor) and o.requires_grad
+            and o.is_floating_point()]
+    leaves = [t for _, t in _walk(ins) if isinstance(t, torch.Tensor) and t.requires_grad
+              and t.is_leaf]
+    if not outs or not leaves:
+        return None, None
+    try:
+        loss = sum(o.double().sum() for o in outs)
+        return torch.autograd.grad(loss, leaves, allow_unused=True), None
+    except Exception as ex:  # noqa: BLE001
+        return None, ex
+
+
+def compare_grads(out_j, out_e, ins_j, ins_e):
+    (ge, ee), (gj, ej) = _grads(out_e, ins_e), _grads(out_j, ins_j)
+    if ee is not None or ej is not None:
+        if type(ee) is not type(ej) or str(ee) != str(ej):
+            raise Mismatch(f"backward: eager raised {ee!r:.300}, trident {ej!r:.300}")
+        return
+    if ge is None:
+        return
+    for i, (a, e) in enumerate(zip(gj, ge)):
+        if (a is None) != (e is None):
+            raise Mismatch(f"grad of leaf {i}: {a} under trident, eager {e}")
+        if e is not None:
+            _tensor_close(a, e, f"grad of leaf {i}")
+
+
+def compare_args(ins_j, ins_e):
+    """The arguments (and globals) after the call: values and metadata (in-place
+    mutation)."""
+    for (p, e), j in zip(_walk(ins_e, "arg"), [n for _, n in _walk(ins_j, "arg")]):
+        if isinstance(e, torch.Tensor) and isinstance(j, torch.Tensor):
             if j.stride() != e.stride() or j.storage_offset() != e.storage_offset():
                 raise Mismatch(f"{p} after the call: stride {j.stride()} offset "
                                f"{j.storage_offset()}, eager {e.stride()} {e.storage_offset()}")
+            if (j._version > 0) != (e._version > 0) or \
+                    STRICT_VERSIONS and j._version != e._version:
+                raise Mismatch(f"{p} after the call: version counter {j._version}, "
+                               f"eager {e._version}")
+            if (e.grad_fn is None) != (j.grad_fn is None):
+                raise Mismatch(f"{p} after the call: grad_fn {j.grad_fn}, eager {e.grad_fn}")
     try:
-        compare_tree(args_j, args_e, "arg")
+        compare_tree(ins_j, ins_e, "arg")
     except Mismatch as ex:
         raise Mismatch(f"arguments after the call differ: {ex}") from None
 
@@ -1000,59 +1239,101 @@ def compare_args(args_j, args_e):
 # ------------------------------------------------------------------ running one example
 
 
-def compile_program(p: Program):
-    filename = f"<fuzz-{p.name}>"
-    linecache.cache[filename] = (len(p.src), None, p.src.splitlines(True), filename)
-    ns = {"torch": torch}
-    exec(compile(p.src, filename, "exec"), ns)
-    return ns[p.name]
+class Subject:
+    """One generated function: the eager function, its trident.jit, and K/W's home."""
+
+    def __init__(self, p: Program):
+        self.p = p
+        filename = f"<fuzz-{p.name}>"
+        linecache.cache[filename] = (len(p.src), None, p.src.splitlines(True), filename)
+        self.ns = ns = {"torch": torch, "K": 2, "W": torch.tensor(0.5)}
+        exec(compile(p.src, filename, "exec"), ns)
+        if p.scope == "closure":
+            self.fn, self.set_env = ns["make"](2, torch.tensor(0.5))
+        else:
+            self.fn, self.set_env = ns[p.name], None
+        self.f = trident.jit(self.fn, dynamic=p.dynamic, max_versions=p.max_versions)
+
+    def W(self):
+        if self.p.scope == "closure":
+            names = self.set_env.__code__.co_freevars
+            return self.set_env.__closure__[names.index("W")].cell_contents
+        return self.ns["W"]
+
+    def apply_env(self, cs: CallSpec):
+        if not cs.env:
+            return
+        env = {"torch": torch, "fn": self.fn, "set_env": self.set_env, "get_W": self.W}
+        for line in cs.env:
+            if self.p.scope == "global" and not line.startswith("fn."):
+                exec(line, self.ns)
+            else:
+                exec(line, env)
 
 
 def reproducer(p: Program, plan: list[CallSpec], upto: int) -> str:
-    """A standalone script replaying calls 0..upto of the example."""
-    calls = []
+    """A standalone script replaying calls 0..upto of an example."""
+    out = ["import math, torch, trident", inspect.getsource(make_tensor),
+           f"SRC = '''\n{p.src}'''", "ns = {'torch': torch, 'K': 2, 'W': torch.tensor(0.5)}",
+           f"exec(compile(SRC, '<fuzz>', 'exec'), ns)"]
+    if p.scope == "closure":
+        out.append(f"fn, set_env = ns['make'](2, torch.tensor(0.5))")
+    else:
+        out.append(f"fn = ns[{p.name!r}]")
+    out += [f"f = trident.jit(fn, dynamic={p.dynamic!r}, max_versions={p.max_versions!r})",
+            "",
+            "def check(build):",
+            "    try: e = fn(*build()[0], **build()[1])",
+            "    except Exception as ex: e = ex",
+            "    a, k = build()",
+            "    try: j = f(*a, **k)",
+            "    except Exception as ex: j = ex",
+            "    print('eager  ', repr(e)[:400]); print('trident', repr(j)[:400])"]
     for i, cs in enumerate(plan[:upto + 1]):
-        calls.append(f"# call {i}\n{args_expr(p, cs)}\ncheck(args, kwargs)")
-    return (
-        "import math, torch, trident\n"
-        + inspect.getsource(make_tensor)
-        + f"\nSRC = '''\n{p.src}'''\n"
-        + "ns = {'torch': torch}\n"
-        + f"exec(compile(SRC, '<fuzz>', 'exec'), ns)\nfn = ns[{p.name!r}]\n"
-        + f"f = trident.jit(fn, dynamic={p.dynamic!r})\n"
-        + "def check(args, kwargs):\n"
-        + "    import copy\n"
-        + "    try: e = fn(*copy.deepcopy(args), **copy.deepcopy(kwargs))\n"
-        + "    except Exception as ex: e = ex\n"
-        + "    try: j = f(*args, **kwargs)\n"
-        + "    except Exception as ex: j = ex\n"
-        + "    print('eager  ', repr(e)[:300]); print('trident', repr(j)[:300])\n"
-        + "\n".join(calls) + "\n"
-    )
+        out.append(f"\n# call {i}")
+        for line in cs.env:
+            if p.scope == "global" and not line.startswith("fn."):
+                out.append(f"exec({line!r}, ns)")
+            else:
+                out.append(line.replace("get_W()", "set_env.__closure__[set_env.__code__"
+                                        ".co_freevars.index('W')].cell_contents"))
+        body = args_src(p, cs).replace("\n", "\n    ")
+        out.append(f"def build():\n    {body}\n    return args, kwargs")
+        if cs.mode:
+            out.append(_MODE_SRC[cs.mode] + "\n    check(build)")
+            if cs.mode == "deterministic":
+                out.append("torch.use_deterministic_algorithms(False)")
+            if cs.mode == "f64default":
+                out.append("torch.set_default_dtype(torch.float32)")
+        else:
+            out.append("check(build)")
+    return "\n".join(out) + "\n"
+
+
+def _call(fn, args, kwargs, mode):
+    with call_mode(mode):
+        try:
+            return fn(*args, **kwargs), None
+        except Exception as ex:  # noqa: BLE001 - an eager error is part of the behaviour
+            return None, ex
 
 
 def run_example(p: Program, plan: list[CallSpec], stats: FuzzStats, keep_going=None):
-    fn = compile_program(p)
-    f = trident.jit(fn, dynamic=p.dynamic)
-    note(f"dynamic={p.dynamic}\n{p.src}")
+    subj = Subject(p)
+    note(f"dynamic={p.dynamic} max_versions={p.max_versions} scope={p.scope!r}\n{p.src}")
     stats.examples += 1
     fb_seen = False
+    history = []  # (out_j, out_e) of earlier calls
     for i, cs in enumerate(plan):
         note(f"call {i}: {cs}")
+        subj.apply_env(cs)
         args_e, kw_e = build_args(p, cs)
         args_j, kw_j = build_args(p, cs)
-        exc_e = exc_j = None
-        out_e = out_j = None
-        try:
-            out_e = fn(*args_e, **kw_e)
-        except Exception as ex:  # noqa: BLE001 - eager's own error is part of the spec
-            exc_e = ex
+        w_before = subj.W().clone()
+        out_e, exc_e = _call(subj.fn, args_e, kw_e, cs.mode)
         with warnings.catch_warnings(record=True) as rec:
             warnings.simplefilter("always")
-            try:
-                out_j = f(*args_j, **kw_j)
-            except Exception as ex:  # noqa: BLE001
-                exc_j = ex
+            out_j, exc_j = _call(subj.f, args_j, kw_j, cs.mode)
         stats.calls += 1
         for w in rec:
             if issubclass(w.category, RuntimeWarning) and "trident.jit(" in str(w.message):
@@ -1060,37 +1341,44 @@ def run_example(p: Program, plan: list[CallSpec], stats: FuzzStats, keep_going=N
                     stats.fallback_fns += 1
                     stats.fallback_reasons[_reason_key(str(w.message))] += 1
                 fb_seen = True
+        stats.fallback_calls += fb_seen
         try:
             if exc_e is not None:
                 stats.eager_errors += 1
                 stats.error_types[type(exc_e).__name__] += 1
                 if exc_j is None:
                     raise Mismatch(f"eager raised {type(exc_e).__name__}: {exc_e}; "
-                                   f"trident returned {out_j!r:.200}")
+                                   f"trident returned {out_j!r:.300}")
                 if type(exc_j) is not type(exc_e) or str(exc_j) != str(exc_e):
                     raise Mismatch(f"eager raised {type(exc_e).__name__}: {exc_e}\n"
                                    f"trident raised {type(exc_j).__name__}: {exc_j}")
             else:
                 if exc_j is not None:
-                    raise Mismatch(f"eager returned {out_e!r:.200}; trident raised "
-                                   f"{type(exc_j).__name__}: {exc_j}") from exc_j
+                    raise Mismatch(f"eager returned {out_e!r:.300}; trident raised "
+                                   f"{type(exc_j).__name__}: {exc_j}")
                 compare_tree(out_j, out_e)
-                compare_layout_and_aliasing(out_j, out_e, (args_j, kw_j), (args_e, kw_e))
+                compare_layout_and_aliasing(out_j, out_e, (args_j, kw_j, subj.W()),
+                                            (args_e, kw_e, subj.W()))
+                compare_with_earlier(out_j, out_e, history)
+                compare_grads(out_j, out_e, (args_j, kw_j), (args_e, kw_e))
+                history.append((out_j, out_e))
             compare_args((args_j, kw_j), (args_e, kw_e))
+            if not torch.equal(subj.W(), w_before):  # generated code never writes W
+                raise Mismatch(f"global W changed: {w_before} -> {subj.W()}")
         except Mismatch as ex:
-            msg = (f"call {i} of {len(plan)}: {ex}\n\n--- function (dynamic={p.dynamic}) ---\n"
-                   f"{p.src}\n--- reproducer ---\n{reproducer(p, plan, i)}")
+            msg = (f"call {i} of {len(plan)}: {ex}\n\n--- function (dynamic={p.dynamic}, "
+                   f"max_versions={p.max_versions}, scope={p.scope!r}) ---\n{p.src}\n"
+                   f"--- reproducer ---\n{reproducer(p, plan, i)}")
             if keep_going is None:
                 raise Mismatch(msg) from None
             stats.failures += 1
             keep_going(msg)
             break
-    st_ = trident.stats(f)
+    st_ = trident.stats(subj.f)
     stats.misses += st_["misses"]
     stats.captures += st_["captures"]
     stats.versions += st_["versions"]
     stats.hits += sum(st_["hits"])
-    stats.fallback_calls += st_["fallbacks"]
 
 
 @st.composite
@@ -1105,11 +1393,11 @@ _SETTINGS = dict(deadline=None, database=None, print_blob=False,
 
 # ------------------------------------------------------------------ the tests
 
-CI_EXAMPLES = int(os.environ.get("TRIDENT_FUZZ_CI_EXAMPLES", "40"))
+CI_EXAMPLES = int(os.environ.get("TRIDENT_FUZZ_CI_EXAMPLES", "150"))
 
 
 def test_fuzz_ci(request):
-    """The CI slice: a fixed, derandomized set of examples."""
+    """The CI slice: a fixed (derandomized) set of examples."""
     stats = _stats_for(request, "fuzz CI slice")
     t0 = time.perf_counter()
 
@@ -1152,7 +1440,8 @@ def test_fuzz_long(request):
             run()
             chunk += 1
             print(f"[fuzz] chunk {chunk}: {stats.calls} calls, {stats.examples} functions, "
-                  f"{time.perf_counter() - t0:.0f} s", file=sys.__stderr__, flush=True)
+                  f"{stats.failures} mismatches, {time.perf_counter() - t0:.0f} s",
+                  file=sys.__stderr__, flush=True)
     finally:
         stats.seconds += time.perf_counter() - t0
     assert stats.failures == 0, f"{stats.failures} mismatches, see {fail_path}"
