@@ -1101,6 +1101,15 @@ def compare_tree(actual, expected, path="out"):
         raise Mismatch(f"{path}: {actual!r} vs eager {expected!r}")
 
 
+def _grad_fn_state(t: torch.Tensor):
+    """Whether `t` has a grad_fn, or the error reading it raises (e.g. a view made under
+    no_grad whose base was then written in place)."""
+    try:
+        return "grad_fn" if t.grad_fn is not None else "no grad_fn"
+    except RuntimeError as ex:
+        return f"reading grad_fn raises {ex}"
+
+
 def _base_class(t: torch.Tensor, ins: list) -> str:
     """What `t._base` is, relative to the input tensors `ins`."""
     base = t._base
@@ -1132,8 +1141,9 @@ def compare_layout_and_aliasing(out_j, out_e, ins_j, ins_e):
                                    f"{e is ie} in eager")
         if not isinstance(e, torch.Tensor):
             continue
-        if (e.grad_fn is None) != (j.grad_fn is None):
-            raise Mismatch(f"{path}: grad_fn {j.grad_fn} under trident, eager {e.grad_fn}")
+        if _grad_fn_state(e) != _grad_fn_state(j):
+            raise Mismatch(f"{path}: grad_fn {_grad_fn_state(j)} under trident, eager "
+                           f"{_grad_fn_state(e)}")
         shares_input = False
         for (ipath, ie), ij in zip(in_e, in_j):
             if isinstance(ie, torch.Tensor):
@@ -1188,13 +1198,13 @@ def compare_with_earlier(out_j, out_e, history):
 def _grads(out, ins):
     """Gradients of the sum of the float outputs that require grad, with respect to the
     input leaves that require grad; or the exception backward raised."""
-    outs = [o for _, o in _walk(out) if isinstance(o, torch.Tensor) and o.requires_grad
-            and o.is_floating_point()]
-    leaves = [t for _, t in _walk(ins) if isinstance(t, torch.Tensor) and t.requires_grad
-              and t.is_leaf]
-    if not outs or not leaves:
-        return None, None
     try:
+        outs = [o for _, o in _walk(out) if isinstance(o, torch.Tensor) and o.requires_grad
+                and o.is_floating_point()]
+        leaves = [t for _, t in _walk(ins) if isinstance(t, torch.Tensor) and t.requires_grad
+                  and t.is_leaf]
+        if not outs or not leaves:
+            return None, None
         loss = sum(o.double().sum() for o in outs)
         return torch.autograd.grad(loss, leaves, allow_unused=True), None
     except Exception as ex:  # noqa: BLE001
@@ -1228,8 +1238,9 @@ def compare_args(ins_j, ins_e):
                     STRICT_VERSIONS and j._version != e._version:
                 raise Mismatch(f"{p} after the call: version counter {j._version}, "
                                f"eager {e._version}")
-            if (e.grad_fn is None) != (j.grad_fn is None):
-                raise Mismatch(f"{p} after the call: grad_fn {j.grad_fn}, eager {e.grad_fn}")
+            if _grad_fn_state(e) != _grad_fn_state(j):
+                raise Mismatch(f"{p} after the call: grad_fn {_grad_fn_state(j)}, eager "
+                               f"{_grad_fn_state(e)}")
     try:
         compare_tree(ins_j, ins_e, "arg")
     except Mismatch as ex:
