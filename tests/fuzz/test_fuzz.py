@@ -67,12 +67,16 @@ calls were checked; ``TRIDENT_FUZZ_SEED`` shifts the seeds).  ``TRIDENT_FUZZ_KEE
 makes the long run record mismatches (to ``TRIDENT_FUZZ_FAILURES``, default
 ``fuzz_failures.txt``) and go on instead of stopping and shrinking at the first one.
 ``TRIDENT_FUZZ_STRICT_STRIDES=1`` also compares the strides of non-contiguous fresh results,
-``TRIDENT_FUZZ_STRICT_VERSIONS=1`` the exact version counters of the arguments.
+``TRIDENT_FUZZ_STRICT_VERSIONS=1`` the exact version counters of the arguments;
+``TRIDENT_FUZZ_FALLBACK_LOG=path`` writes every fallback's reason with a reproducer.
 
-Known trident bugs the fuzzer found are listed in ``KNOWN_BUGS``; their constructs are left
-out of the family (``TRIDENT_FUZZ_KNOWN_BUGS=1`` puts them back), and each has a minimal
-reproducer at the end of this file marked ``xfail(strict=True)``, so a fix shows up as an
-XPASS failure (then delete the entry and its exclusion).
+A trident bug the fuzzer finds and that is not fixed at once goes into ``KNOWN_BUGS``: its
+construct is left out of the family behind ``_bug_ok(name)`` (``TRIDENT_FUZZ_KNOWN_BUGS=1``
+generates it anyway) and its minimal reproducer is added as an ``xfail(strict=True)`` test,
+so a fix shows up as an XPASS failure.  The four bugs found so far (container arguments
+returned as copies, -0.0 served by the 0.0 version, ints beyond int64 raising TypeError,
+SCM constants made inference tensors) are fixed, with regression tests in
+``tests/unit/test_structures.py``; their constructs are part of the family.
 """
 
 from __future__ import annotations
@@ -99,13 +103,15 @@ import trident
 
 # ------------------------------------------------------------------ known bugs
 #
-# Constructs excluded from the generated family because trident gets them wrong.  Each has a
-# minimal reproducer test at the end of this file (xfail, strict).
+# Constructs excluded from the generated family because trident gets them wrong (open bugs).
+# Each gets a minimal reproducer test at the end of this file, marked xfail(strict=True).
 
 KNOWN_BUGS: dict[str, str] = {
-    # Found by this fuzzer and fixed (regression tests in tests/unit/test_structures.py):
-    # container arguments returned as rebuilt copies, -0.0 served by the 0.0 version, ints
-    # beyond int64 raising TypeError, SCM constants made inference tensors.
+    # "name": "what trident gets wrong", with `if _bug_ok("name"):` around the construct.
+    # None open.  Found by this fuzzer and fixed (regression tests in
+    # tests/unit/test_structures.py): container arguments returned as rebuilt copies, -0.0
+    # served by the 0.0 version, ints beyond int64 raising TypeError, SCM constants made
+    # inference tensors.
 }
 
 
@@ -745,8 +751,6 @@ class Gen:
         kind = self.d(_w((8, "tensor"), (2, "int"), (1, "s"), (1, "none"), (1, "input"),
                          (1, "const"), (1, "size"), (1, "dtype"), (1, "container"),
                          (1, "seq"), (1, "bool"), (1, "global")))
-        if kind == "container" and not _bug_ok("container_arg_returned"):
-            kind = "tensor"  # KNOWN_BUGS["container_arg_returned"]
         if (kind == "s" and not p.has_s) or (kind == "container" and not p.c_kind) or \
                 (kind == "seq" and not self.svars) or (kind == "global" and not p.scope):
             kind = "tensor"
@@ -876,12 +880,9 @@ def draw_dtype(draw, group):
 def draw_tspec(draw, shape, dtype):
     layout = draw(_w((10, "contig"), (2, "transposed"), (2, "stepped"), (1, "offset"),
                      (1, "expanded"), (1, "channels_last"), (1, "param")))
-    # KNOWN_BUGS["scm_rebuilt_in_inference_mode"] needs inputs requiring grad: more of them
-    # when the known bugs are generated.
-    rg_odds = 3 if _bug_ok("scm_rebuilt_in_inference_mode") else 19
     return TSpec(tuple(shape), dtype, layout, draw(st.integers(0, 2 ** 20)),
                  dtype.is_floating_point and draw(st.integers(0, 9)) == 9,
-                 dtype.is_floating_point and draw(st.integers(0, rg_odds)) == rg_odds)
+                 dtype.is_floating_point and draw(st.integers(0, 19)) == 19)
 
 
 def broadcast_shape(draw, xshape, ndim):
@@ -901,16 +902,13 @@ def draw_scalar(draw, kind):
     if k == "other":
         k = "float" if kind == "int" else "int"
     if k == "int":
-        vals = [(3, -2), (3, 0), (3, 1), (3, 2), (3, 3), (3, 5)]
-        if _bug_ok("int_arg_beyond_int64"):  # KNOWN_BUGS["int_arg_beyond_int64"]
-            vals += [(3, 2 ** 63), (3, -2 ** 63 - 1), (3, 2 ** 64)]
-        return draw(_w(*vals, (1, 2 ** 62)))
+        # beyond int64 too: once an int is dynamic, such a value must miss, not error
+        return draw(_w((3, -2), (3, 0), (3, 1), (3, 2), (3, 3), (3, 5), (1, 2 ** 62),
+                       (1, 2 ** 63), (1, -2 ** 63 - 1), (1, 2 ** 64)))
     if k == "float":
-        vals = [(4, 0.5), (2, -1.5), (2, 2.0), (2, 0.0), (1, 3.25), (1, float("nan")),
-                (1, float("inf"))]
-        if _bug_ok("negative_zero_float_arg"):  # KNOWN_BUGS["negative_zero_float_arg"]
-            vals.append((6, -0.0))
-        return draw(_w(*vals))
+        # -0.0 after 0.0: equal under ==, but x / s and a returned s tell them apart
+        return draw(_w((4, 0.5), (2, -1.5), (2, 2.0), (2, 0.0), (2, -0.0), (1, 3.25),
+                       (1, float("nan")), (1, float("inf"))))
     return draw(st.booleans())
 
 
@@ -920,7 +918,7 @@ def draw_env(draw, p: Program) -> tuple:
     if p.scope and draw(st.integers(0, 2)) == 2:
         what = draw(st.sampled_from(["K", "W_add", "W_new"]))
         if what == "K":
-            val = repr(draw(st.sampled_from([1, 2, 3, 0.5])))
+            val = _lit(draw(st.sampled_from([1, 2, 3, 0.5, 0.0, -0.0])))
         elif what == "W_add":
             env.append("W.add_(1)" if p.scope == "global" else "get_W().add_(1)")
             val = None
@@ -1004,12 +1002,6 @@ def draw_call(draw, p: Program, prev: CallSpec | None) -> CallSpec:
     return CallSpec(x, y, s, s_mode, c, alias, y_none, draw_env(draw, p), mode, bad)
 
 
-def _no_grad_inputs(cs: CallSpec) -> CallSpec:
-    def strip(t):
-        return t if t is None else replace(t, rg=False)
-    return replace(cs, x=strip(cs.x), y=strip(cs.y), c=tuple(strip(t) for t in cs.c))
-
-
 def draw_plan(draw, p: Program) -> list[CallSpec]:
     """The calls of one example: the first inputs twice, then changed inputs (some
     repeated), then the first inputs again."""
@@ -1025,11 +1017,6 @@ def draw_plan(draw, p: Program) -> list[CallSpec]:
             plan.append(replace(cs, env=()))  # the same call again: a hit
         prev = cs
     plan.append(replace(first, env=()))
-    if not _bug_ok("scm_rebuilt_in_inference_mode") and any(
-            cs.mode == "inference" for cs in plan):
-        # KNOWN_BUGS["scm_rebuilt_in_inference_mode"]: no input requiring grad in a plan
-        # with inference-mode calls.
-        plan = [_no_grad_inputs(cs) for cs in plan]
     return plan
 
 
@@ -1040,6 +1027,8 @@ class Mismatch(AssertionError):
     pass
 
 
+# Write each fallback's reason and a reproducer there (to study what falls back).
+FALLBACK_LOG = os.environ.get("TRIDENT_FUZZ_FALLBACK_LOG")
 STRICT_STRIDES = os.environ.get("TRIDENT_FUZZ_STRICT_STRIDES") == "1"
 STRICT_VERSIONS = os.environ.get("TRIDENT_FUZZ_STRICT_VERSIONS") == "1"
 
@@ -1301,8 +1290,9 @@ def reproducer(p: Program, plan: list[CallSpec], upto: int) -> str:
         out.append(f"fn = ns[{p.name!r}]")
     out += [f"f = trident.jit(fn, dynamic={p.dynamic!r}, max_versions={p.max_versions!r})",
             "",
-            "def check(build):",
-            "    try: e = fn(*build()[0], **build()[1])",
+            "def check(build):  # eager and trident on independent copies",
+            "    a, k = build()",
+            "    try: e = fn(*a, **k)",
             "    except Exception as ex: e = ex",
             "    a, k = build()",
             "    try: j = f(*a, **k)",
@@ -1359,6 +1349,10 @@ def run_example(p: Program, plan: list[CallSpec], stats: FuzzStats, keep_going=N
                 if not fb_seen:
                     stats.fallback_fns += 1
                     stats.fallback_reasons[_reason_key(str(w.message))] += 1
+                    if FALLBACK_LOG:
+                        with open(FALLBACK_LOG, "a") as fh:
+                            fh.write(f"{'=' * 80}\n{w.message}\n--- call {i}: {cs}\n"
+                                     f"{reproducer(p, plan, i)}\n")
                 fb_seen = True
         stats.fallback_calls += fb_seen
         try:
@@ -1412,7 +1406,7 @@ _SETTINGS = dict(deadline=None, database=None, print_blob=False,
 
 # ------------------------------------------------------------------ the tests
 
-CI_EXAMPLES = int(os.environ.get("TRIDENT_FUZZ_CI_EXAMPLES", "150"))
+CI_EXAMPLES = int(os.environ.get("TRIDENT_FUZZ_CI_EXAMPLES", "130"))
 
 
 def test_fuzz_ci(request):
