@@ -1,0 +1,934 @@
+"""LLM decode: Qwen3 and DeepSeek-V2, Triton operators reached through the model's own host code.
+
+    python benchmarks/llm_decode.py                       # GPU: FlagGems operators, every mode
+    python benchmarks/llm_decode.py --provider stub --tiny --new-tokens 8 --warmup 1 --requests 1
+
+Hugging Face transformers' Qwen3 (Qwen3-8B's hyperparameters) and DeepSeek-V2 (DeepSeek-V2-Lite's)
+are built by hand with random bf16 weights and fewer layers (`--layers`); every other dimension is
+the published one (`--tiny` shrinks them all, for a CPU check). Nothing is downloaded: prompts
+shaped like MMLU, GSM8K and HumanEval (`llm_prompts.py`) become token ids by hashing words.
+
+Each request is greedy decoding of `--new-tokens` tokens at batch size one with a KV cache, in
+our own loop over the model's forward, so that TTFT (prefill and first token), ITL (each later
+token) and TPOT ((end to end - TTFT) / (n - 1)) are exact. EOS is ignored.
+
+Modes (run in this order; `--budget-s` stops the run between requests and skips later modes):
+
+  torch        the model on PyTorch's own operators (reference)
+  eager        aten::mm, addmm, bmm and embedding served by the provider's Python wrappers
+               (FlagGems' Triton operators), registered as the device's kernels of those ATen
+               ops with torch.library, so the model's own host code reaches them
+  trident      trident.jit(wrapper) registered instead
+  compile      torch.compile(wrapper) registered instead (default mode)
+  compile_cpp  torch.compile(wrapper, options={"cpp_wrapper": True}) registered instead
+
+Operator filtering (trident and both compile modes): during the warm-up requests every call of
+a registered op runs both the mode's wrapper and the plain eager wrapper (alternating which goes
+first) and times each on the host; an op whose mode wrapper has a higher median than the eager
+wrapper is dropped, i.e. falls back to the eager wrapper for the measured requests.
+
+Every mode's generated tokens are compared with the eager mode's. Results (markdown and a PNG
+chart of speedups over eager) go to `benchmarks/results/llm_decode_<date>_<tag>.md/.png`,
+rewritten after every mode so a run cut short keeps what it measured.
+
+Providers: `flaggems` (CUDA; FlagGems' wrappers) and `stub` (CPU; stand-in "Triton operators":
+plain Python host code around ATen out= operators, registered for the CPU dispatch key).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+
+from llm_prompts import PROMPT_SETS, token_ids
+
+import trident
+
+OPS = ("mm", "addmm", "bmm", "embedding")
+MODES = ("torch", "eager", "trident", "compile", "compile_cpp")
+FILTERED = ("trident", "compile", "compile_cpp")
+MODELS = ("qwen3", "deepseek_v2")
+PUBLISHED_LAYERS = {"qwen3": 36, "deepseek_v2": 27}
+
+
+def say(*a):
+    print(*a, flush=True)
+
+
+# ---------------------------------------------------------------- operator providers
+
+
+@dataclass(frozen=True)
+class Provider:
+    name: str
+    device: str
+    dispatch_key: str
+    ops: dict  # ATen op name -> plain Python wrapper (what each mode wraps)
+
+
+def flaggems_provider() -> Provider:
+    """FlagGems' own wrappers: the functions `flag_gems.only_enable` would register."""
+    import importlib
+
+    import flag_gems
+
+    table = {}
+    for item in getattr(flag_gems, "_FULL_CONFIG", ()):
+        if item and item[0] in OPS and (len(item) < 3 or item[2]()):
+            table[item[0]] = item[1]
+    ops = {}
+    for op in OPS:
+        # `flag_gems.ops.mm` is the function (ops/__init__ rebinds it); the module is in sys.modules.
+        ops[op] = table.get(op) or getattr(importlib.import_module(f"flag_gems.ops.{op}"), op)
+    return Provider("flaggems", "cuda", "CUDA", ops)
+
+
+# The stub provider: what a Triton operator's Python wrapper does on the host (check arguments,
+# pick block sizes, compute a grid, allocate the output, launch), with an ATen out= operator as
+# the "kernel". The out= overloads are separate operators from the functional ones registered
+# here, so a stub never reaches itself.
+
+BLOCK_M, BLOCK_N = 32, 64
+_DTYPE_ORDER = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _cdiv(a, b):
+    return (a + b - 1) // b
+
+
+def _launch(kernel, grid, *args, **kwargs):
+    """The stand-in launch: a real launcher would bind the arguments and call the driver with
+    `grid`; here the "kernel" is an ATen out= operator writing into the allocated output."""
+    return kernel(*args, **kwargs)
+
+
+def _higher_dtype(a, b):
+    if a is b:
+        return a
+    assert a in _DTYPE_ORDER and b in _DTYPE_ORDER, "unsupported dtype"
+    for d in _DTYPE_ORDER:
+        if a is d:
+            return b
+        if b is d:
+            return a
+
+
+def stub_mm(a, b):
+    assert a.dim() == 2 and b.dim() == 2, "mm expects matrices"
+    assert a.shape[1] == b.shape[0], "incompatible dimensions"
+    if a.stride(0) > 1 and a.stride(1) > 1:
+        a = a.contiguous()
+    if b.stride(0) > 1 and b.stride(1) > 1:
+        b = b.contiguous()
+    M = a.shape[0]
+    N = b.shape[1]
+    c = torch.empty((M, N), device=a.device, dtype=_higher_dtype(a.dtype, b.dtype))
+    grid = (_cdiv(M, BLOCK_M) * _cdiv(N, BLOCK_N), 1, 1)
+    _launch(torch.mm, grid, a, b, out=c)
+    return c
+
+
+def stub_addmm(bias, mat1, mat2, *, beta=1, alpha=1):
+    assert mat1.shape[1] == mat2.shape[0], "incompatible dimensions"
+    M = mat1.shape[0]
+    N = mat2.shape[1]
+    mat1 = mat1.contiguous()
+    out = torch.empty((M, N), device=mat1.device, dtype=mat1.dtype)
+    bias = bias.broadcast_to(out.shape)
+    grid = (_cdiv(M, BLOCK_M), _cdiv(N, BLOCK_N), 1)
+    _launch(torch.addmm, grid, bias, mat1, mat2, beta=beta, alpha=alpha, out=out)
+    return out
+
+
+def stub_bmm(A, B):
+    assert A.shape[0] == B.shape[0], "batch dim mismatch"
+    assert A.shape[2] == B.shape[1], "K dim mismatch"
+    batch, M = A.shape[0], A.shape[1]
+    N = B.shape[2]
+    out = torch.empty((batch, M, N), dtype=A.dtype, device=A.device)
+    grid = (_cdiv(M, BLOCK_M), _cdiv(N, BLOCK_N), batch)
+    _launch(torch.bmm, grid, A, B, out=out)
+    return out
+
+
+def stub_embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    assert not sparse, "sparse embedding is not supported"
+    M = indices.numel()
+    N = weight.shape[-1]
+    indices = indices.contiguous()
+    weight = weight.contiguous()
+    out = torch.empty((M, N), device=weight.device, dtype=weight.dtype)
+    _launch(torch.index_select, (M, 1, 1), weight, 0, indices.reshape(-1), out=out)
+    return out.view(*indices.shape, N)
+
+
+def stub_provider() -> Provider:
+    return Provider(
+        "stub",
+        "cpu",
+        "CPU",
+        {"mm": stub_mm, "addmm": stub_addmm, "bmm": stub_bmm, "embedding": stub_embedding},
+    )
+
+
+# ---------------------------------------------------------------- registration and filtering
+
+
+class Registry:
+    """One torch.library IMPL library per op, so each op can be swapped or dropped alone."""
+
+    def __init__(self, dispatch_key: str):
+        self.key = dispatch_key
+        self.libs: dict = {}
+
+    def set(self, op: str, fn) -> None:
+        self.drop(op)
+        lib = torch.library.Library("aten", "IMPL")
+        lib.impl(op, fn, self.key)
+        self.libs[op] = lib
+
+    def drop(self, op: str) -> None:
+        lib = self.libs.pop(op, None)
+        if lib is not None:
+            lib._destroy()
+
+    def clear(self) -> None:
+        for op in list(self.libs):
+            self.drop(op)
+
+
+@dataclass
+class OpTiming:
+    """Warm-up record of one op: calls, and host seconds per call of the mode's wrapper
+    (`cand`) and of the eager wrapper (`base`) on the same arguments."""
+
+    calls: int = 0
+    record: bool = False
+    cand: list = field(default_factory=list)
+    base: list = field(default_factory=list)
+
+    def verdict(self) -> str:
+        if not self.cand:
+            return "kept (not timed)" if self.calls else "kept (not called)"
+        c, b = statistics.median(self.cand), statistics.median(self.base)
+        return "dropped (slower)" if c > b else "kept"
+
+
+def timing_shim(cand, base, rec: OpTiming):
+    """The kernel registered during warm-up: counts calls and, for a filtered mode, runs the
+    mode's wrapper and the eager wrapper on the same arguments, alternating their order."""
+    perf = time.perf_counter
+    if cand is base:
+
+        def count(*args, **kwargs):
+            rec.calls += 1
+            return base(*args, **kwargs)
+
+        return count
+
+    def shim(*args, **kwargs):
+        rec.calls += 1
+        if rec.calls % 2:
+            t0 = perf()
+            out = cand(*args, **kwargs)
+            t1 = perf()
+            base(*args, **kwargs)
+            t2 = perf()
+            c, b = t1 - t0, t2 - t1
+        else:
+            t0 = perf()
+            base(*args, **kwargs)
+            t1 = perf()
+            out = cand(*args, **kwargs)
+            t2 = perf()
+            b, c = t1 - t0, t2 - t1
+        if rec.record:
+            rec.cand.append(c)
+            rec.base.append(b)
+        return out
+
+    return shim
+
+
+def make_wrapper(mode: str, fn, dynamic):
+    if mode == "eager":
+        return fn
+    if mode == "trident":
+        return trident.jit(fn, dynamic=dynamic)
+    if mode == "compile":
+        return torch.compile(fn, dynamic=dynamic)
+    if mode == "compile_cpp":
+        return torch.compile(fn, dynamic=dynamic, options={"cpp_wrapper": True})
+    raise ValueError(mode)
+
+
+_compiler_warm = False
+
+
+def warm_compiler(device: str) -> None:
+    """Compile one small mm before any op is registered: Inductor builds its pattern tables
+    lazily, once per process, and may run real operators while doing so; those must not reach
+    a registered wrapper (that wrapper being the very function under compilation)."""
+    global _compiler_warm
+    if not _compiler_warm:
+        a = torch.randn(16, 16, device=device)
+        torch.compile(lambda a, b: torch.mm(a, b).relu())(a, a)
+        torch._dynamo.reset()
+        _compiler_warm = True
+
+
+def trident_status(f, warm_misses=None) -> str:
+    s = trident.stats(f)
+    if s["fallbacks"] or s["fallback_reason"]:
+        return f"FELL BACK to eager: {s['fallback_reason']}"
+    if not s["captures"]:
+        return "not called"
+    line = (
+        f"compiled: {s['versions']} version(s), {s['misses']} miss(es), "
+        f"{sum(s['hits'])} native hit(s)"
+    )
+    if warm_misses is not None and s["misses"] > warm_misses:
+        line += f"; {s['misses'] - warm_misses} miss(es) during the measured requests"
+    return line
+
+
+# ---------------------------------------------------------------- models
+
+
+def model_config(name: str, tiny: bool, layers: int, attn: str, experts: str):
+    if name == "qwen3":
+        from transformers import Qwen3Config
+
+        dims = {
+            "vocab_size": 151936,
+            "hidden_size": 4096,
+            "intermediate_size": 12288,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+        }
+        if tiny:
+            dims = {
+                "vocab_size": 1024,
+                "hidden_size": 64,
+                "intermediate_size": 192,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "head_dim": 16,
+            }
+        return Qwen3Config(
+            **dims,
+            num_hidden_layers=layers,
+            hidden_act="silu",
+            max_position_embeddings=40960,
+            rms_norm_eps=1e-6,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+            tie_word_embeddings=False,
+            attention_bias=False,
+            use_sliding_window=False,
+            max_window_layers=36,
+            bos_token_id=151643 if not tiny else 1,
+            eos_token_id=151645 if not tiny else 2,
+            attn_implementation=attn,
+        )
+    if name == "deepseek_v2":
+        from transformers import DeepseekV2Config
+
+        dims = {
+            "vocab_size": 102400,
+            "hidden_size": 2048,
+            "intermediate_size": 10944,
+            "moe_intermediate_size": 1408,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 16,
+            "n_routed_experts": 64,
+            "n_shared_experts": 2,
+            "num_experts_per_tok": 6,
+            "kv_lora_rank": 512,
+            "qk_nope_head_dim": 128,
+            "qk_rope_head_dim": 64,
+            "v_head_dim": 128,
+        }
+        if tiny:
+            dims = {
+                "vocab_size": 1024,
+                "hidden_size": 64,
+                "intermediate_size": 192,
+                "moe_intermediate_size": 32,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 4,
+                "n_routed_experts": 8,
+                "n_shared_experts": 2,
+                "num_experts_per_tok": 2,
+                "kv_lora_rank": 32,
+                "qk_nope_head_dim": 16,
+                "qk_rope_head_dim": 8,
+                "v_head_dim": 16,
+            }
+        return DeepseekV2Config(
+            **dims,
+            num_hidden_layers=layers,
+            q_lora_rank=None,
+            first_k_dense_replace=1,
+            topk_method="greedy",
+            n_group=1,
+            topk_group=1,
+            routed_scaling_factor=1.0,
+            norm_topk_prob=False,
+            hidden_act="silu",
+            max_position_embeddings=163840,
+            rms_norm_eps=1e-6,
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 10000.0,
+                "factor": 40.0,
+                "original_max_position_embeddings": 4096,
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+                "mscale": 0.707,
+                "mscale_all_dim": 0.707,
+            },
+            tie_word_embeddings=False,
+            attention_bias=False,
+            bos_token_id=100000 if not tiny else 1,
+            eos_token_id=100001 if not tiny else 2,
+            attn_implementation=attn,
+            experts_implementation=experts,
+        )
+    raise ValueError(name)
+
+
+def build_model(name: str, a, device: str):
+    from transformers import AutoModelForCausalLM
+
+    cfg = model_config(name, a.tiny, a.layers, a.attn, a.experts)
+    torch.manual_seed(0)
+    t = time.perf_counter()
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
+    model.eval().requires_grad_(False)  # inference: no parameter asks for autograd
+    n = sum(p.numel() for p in model.parameters())
+    say(
+        f"built {name}: {type(model).__name__}, {cfg.num_hidden_layers} layer(s) "
+        f"(published {PUBLISHED_LAYERS[name]}), {n / 1e6:.1f} M parameters, "
+        f"attention={model.config._attn_implementation}, "
+        f"experts={getattr(model.config, '_experts_implementation', None)}, "
+        f"{time.perf_counter() - t:.1f}s"
+    )
+    return model
+
+
+# ---------------------------------------------------------------- decoding
+
+
+@dataclass
+class Request:
+    prompt_set: str
+    prompt: int
+    n_prompt: int
+    tokens: list
+    ttft: float  # seconds
+    itl: list  # seconds, one per token after the first
+    total: float
+
+    @property
+    def tpot(self) -> float:
+        n = len(self.tokens)
+        return (self.total - self.ttft) / (n - 1) if n > 1 else float("nan")
+
+
+def decode(model, ids, n_new: int, device: str, sync) -> tuple:
+    """Greedy decoding with a KV cache: returns (tokens, ttft, itl, total)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    x = torch.tensor([ids], device=device)
+    toks, itl = [], []
+    perf = time.perf_counter
+    with torch.no_grad():
+        sync()
+        t0 = perf()
+        out = model(input_ids=x, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        tok = out.logits[:, -1, :].argmax(-1, keepdim=True)
+        sync()
+        prev = perf()
+        ttft = prev - t0
+        toks.append(tok)
+        for _ in range(n_new - 1):
+            out = model(input_ids=tok, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            tok = out.logits[:, -1, :].argmax(-1, keepdim=True)
+            sync()
+            t = perf()
+            itl.append(t - prev)
+            prev = t
+            toks.append(tok)
+    return torch.cat(toks, 1)[0].tolist(), ttft, itl, prev - t0
+
+
+class OutOfTime(Exception):
+    pass
+
+
+# ---------------------------------------------------------------- one mode on one model
+
+
+@dataclass
+class ModeRun:
+    mode: str
+    model: str
+    requests: list = field(default_factory=list)
+    timings: dict = field(default_factory=dict)  # op -> OpTiming
+    kept: dict = field(default_factory=dict)  # op -> "mode" | "eager"
+    trident: dict = field(default_factory=dict)  # op -> status line
+    explain: dict = field(default_factory=dict)  # op -> trident.explain text
+    dynamo: str = ""  # torch.compile modes: graphs and graph breaks during warm-up
+    note: str = ""
+    seconds: float = 0.0
+
+
+def run_mode(mode, name, model, prov: Provider, a, prompts, deadline) -> ModeRun:
+    run = ModeRun(mode, name)
+    reg = Registry(prov.dispatch_key)
+    sync = torch.cuda.synchronize if prov.device == "cuda" else (lambda: None)
+    vocab = model.config.vocab_size
+    t_start = time.perf_counter()
+    wrappers = {}
+    if mode != "torch":
+        if mode.startswith("compile"):
+            warm_compiler(prov.device)
+            torch._dynamo.utils.counters.clear()
+        for op, fn in prov.ops.items():
+            wrappers[op] = make_wrapper(mode, fn, a.dynamic)
+            run.timings[op] = OpTiming()
+            reg.set(op, timing_shim(wrappers[op], fn, run.timings[op]))
+
+    def request(set_name, i):
+        if time.time() > deadline:
+            raise OutOfTime
+        ids = token_ids(PROMPT_SETS[set_name][i], vocab)
+        toks, ttft, itl, total = decode(model, ids, a.new_tokens, prov.device, sync)
+        return Request(set_name, i, len(ids), toks, ttft, itl, total)
+
+    try:
+        # Warm-up: prompts of every set in turn. The filter's samples come from the second half
+        # (captures and compiles happen in the first), or from all when there is one request.
+        order = [
+            (s, i)
+            for i in range(max(map(len, PROMPT_SETS.values())))
+            for s in prompts
+            if i < len(PROMPT_SETS[s])
+        ]
+        for r in range(a.warmup):
+            for rec in run.timings.values():
+                rec.record = r >= a.warmup // 2
+            request(*order[r % len(order)])
+        for op, fn in prov.ops.items():
+            if mode == "torch":
+                continue
+            keep = mode not in FILTERED or not run.timings[op].verdict().startswith("dropped")
+            run.kept[op] = mode if keep else "eager"
+            reg.set(op, wrappers[op] if keep else fn)
+            if mode == "trident":
+                run.trident[op] = trident_status(wrappers[op])
+        if mode.startswith("compile"):
+            run.dynamo = dynamo_summary()
+        report_warmup(run)
+        warm_misses = {}
+        if mode == "trident":
+            for op, w in wrappers.items():
+                warm_misses[op] = trident.stats(w)["misses"]
+                run.explain[op] = trident.explain(w)
+                say("   " + run.explain[op].split("\n")[0])
+        for s in prompts:
+            for r in range(a.requests):
+                run.requests.append(request(s, r % len(PROMPT_SETS[s])))
+        if mode == "trident":  # again: a miss during the measured requests counts too
+            run.trident = {op: trident_status(w, warm_misses[op]) for op, w in wrappers.items()}
+            run.explain = {op: trident.explain(w) for op, w in wrappers.items()}
+    except OutOfTime:
+        run.note = "stopped: time budget"
+        say(f"!! {name}/{mode}: time budget exhausted, stopping")
+    except Exception as e:  # noqa: BLE001  (one failing mode must not lose the others)
+        import traceback
+
+        traceback.print_exc()
+        run.note = f"error: {type(e).__name__}: {str(e)[:200]}".replace("|", "/").replace("\n", " ")
+        say(f"!! {name}/{mode}: {run.note}")
+    finally:
+        reg.clear()
+        if mode.startswith("compile"):
+            torch._dynamo.reset()
+    run.seconds = time.perf_counter() - t_start
+    return run
+
+
+def dynamo_summary() -> str:
+    c = torch._dynamo.utils.counters
+    breaks = c["graph_break"]
+    top = "; ".join(f"{n}x {r[:120]}" for r, n in breaks.most_common(3))
+    return (
+        (
+            f"{c['stats']['unique_graphs']} graph(s), {sum(breaks.values())} graph break(s)"
+            + (f" (most frequent: {top})" if top else "")
+        )
+        .replace("|", "/")
+        .replace("\n", " ")
+    )
+
+
+def report_warmup(run: ModeRun) -> None:
+    for op, rec in run.timings.items():
+        line = f"   {run.model}/{run.mode} {op}: {rec.calls} call(s) in warm-up"
+        if rec.cand:
+            line += (
+                f", host median {statistics.median(rec.cand) * 1e6:.1f} us vs eager wrapper "
+                f"{statistics.median(rec.base) * 1e6:.1f} us -> {rec.verdict()}"
+            )
+        say(line)
+    if run.mode in FILTERED:
+        dropped = [op for op, k in run.kept.items() if k == "eager"]
+        say(f"   {run.model}/{run.mode}: dropped (eager wrapper instead): {dropped or 'none'}")
+    for op, st in run.trident.items():
+        say(f"   trident {run.model} {op}: {st}")
+    if run.dynamo:
+        say(f"   {run.model}/{run.mode} Dynamo in warm-up: {run.dynamo}")
+
+
+# ---------------------------------------------------------------- report
+
+
+def med(xs):
+    xs = [x for x in xs if not math.isnan(x)]
+    return statistics.median(xs) if xs else float("nan")
+
+
+def metrics(reqs) -> dict:
+    return {
+        "e2e": med([r.total for r in reqs]) * 1e3,
+        "ttft": med([r.ttft for r in reqs]) * 1e3,
+        "tpot": med([r.tpot for r in reqs]) * 1e3,
+        "itl": med([t for r in reqs for t in r.itl]) * 1e3,
+        "n": len(reqs),
+    }
+
+
+def token_check(reqs, ref) -> str:
+    """Compare each request's tokens with the eager run's tokens for the same prompt."""
+    if not reqs:
+        return "-"
+    keyed = [(r, ref.get((r.prompt_set, r.prompt))) for r in reqs]
+    known = [(r, t) for r, t in keyed if t is not None]
+    if not known:
+        return "no eager tokens"
+    same = sum(r.tokens == t for r, t in known)
+    if same == len(known):
+        return f"same ({same}/{len(known)})"
+    return f"**MISMATCH {len(known) - same}/{len(known)}**"
+
+
+def machine(prov: Provider) -> str:
+    if prov.device == "cuda":
+        return torch.cuda.get_device_name()
+    return f"CPU {platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+
+
+def versions(prov: Provider) -> str:
+    parts = [f"torch {torch.__version__}"]
+    for mod in ("triton", "transformers", "flag_gems"):
+        try:
+            parts.append(f"{mod} {__import__(mod).__version__}")
+        except Exception:  # noqa: BLE001
+            parts.append(f"{mod} absent")
+    return " ; ".join(parts) + f" ; Python {platform.python_version()}"
+
+
+def commit() -> str:
+    r = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        cwd=HERE,
+        check=False,
+    )
+    if r.returncode == 0 and r.stdout.strip():
+        return r.stdout.strip()
+    return os.environ.get("BENCH_COMMIT", "unknown")
+
+
+def write_report(runs, prov, a, path_md, layers_of, elapsed) -> None:
+    ref = {}  # (set, prompt) -> eager tokens, per model
+    for run in runs:
+        if run.mode == "eager":
+            for r in run.requests:
+                ref.setdefault(run.model, {})[(r.prompt_set, r.prompt)] = r.tokens
+    by = {(run.model, run.mode): run for run in runs}
+    origins = ", ".join(
+        f"aten::{op} <- {fn.__module__}.{fn.__name__}" for op, fn in prov.ops.items()
+    )
+    lines = [
+        "# LLM decode: Triton operators under eager, torch.compile and Trident",
+        "",
+        f"- date: {datetime.date.today()} ; commit: {commit()} ; machine: {machine(prov)}",
+        f"- {versions(prov)}",
+        f"- provider: {prov.name} ({origins}), dispatch key {prov.dispatch_key}",
+        "- models: "
+        + ", ".join(f"{m} {layers_of[m]} layer(s) of {PUBLISHED_LAYERS[m]}" for m in layers_of)
+        + (" (tiny dimensions)" if a.tiny else " (every other dimension published)"),
+        (
+            f"- bf16, random weights, batch 1, greedy, {a.new_tokens} new tokens, EOS ignored, "
+            f"attention={a.attn}, experts={a.experts}, dynamic={a.dynamic}"
+        ),
+        (
+            f"- per model and mode: {a.warmup} warm-up requests (all prompt sets in turn), then "
+            f"{a.requests} measured request(s) per prompt set; total run {elapsed:.0f}s"
+        ),
+        (
+            "- latencies: median in ms; e2e = one request, TTFT = prefill + first token, "
+            "TPOT = (e2e - TTFT)/(n-1), ITL = median over every later token; a synchronize "
+            "follows each token"
+        ),
+        "",
+        "## Latency",
+        "",
+        "| model | prompts | mode | e2e ms | TTFT ms | TPOT ms | ITL ms | tokens vs eager |",
+        "|---|---|---|---:|---:|---:|---:|---|",
+    ]
+    ratios = [
+        "",
+        "## Trident's speedup (other mode's e2e / Trident's e2e; TPOT ratio in parentheses)",
+        "",
+        "| model | prompts | vs eager | vs compile | vs compile_cpp | vs torch |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    chart = {}
+    for model in layers_of:
+        for s in a.prompts:
+            ms = {}
+            for mode in MODES:
+                run = by.get((model, mode))
+                if run is None:
+                    continue
+                reqs = [r for r in run.requests if r.prompt_set == s]
+                if not reqs:
+                    if run.note:
+                        lines.append(f"| {model} | {s} | {mode} | {run.note} | | | | |")
+                    continue
+                m = ms[mode] = metrics(reqs)
+                lines.append(
+                    f"| {model} | {s} | {mode} | {m['e2e']:.2f} | {m['ttft']:.2f} | "
+                    f"{m['tpot']:.3f} | {m['itl']:.3f} | "
+                    f"{token_check(reqs, ref.get(model, {}))} |"
+                )
+            tr = ms.get("trident")
+            cells = []
+            for other in ("eager", "compile", "compile_cpp", "torch"):
+                o = ms.get(other)
+                if tr and o:
+                    cells.append(f"{o['e2e'] / tr['e2e']:.2f}x ({o['tpot'] / tr['tpot']:.2f}x)")
+                else:
+                    cells.append("-")
+            ratios.append(f"| {model} | {s} | " + " | ".join(cells) + " |")
+            if "eager" in ms:
+                chart[f"{model}\n{s}"] = {
+                    mode: ms["eager"]["e2e"] / m["e2e"] for mode, m in ms.items() if mode != "eager"
+                }
+    lines += ratios
+    lines += ["", "## torch reference vs eager tokens (numerics may differ)", ""]
+    for model in layers_of:
+        run = by.get((model, "torch"))
+        if run and run.requests:
+            lines.append(f"- {model}: {token_check(run.requests, ref.get(model, {}))}")
+    lines += [
+        "",
+        "## Operator filtering (warm-up host time per call, median us)",
+        "",
+        "| model | mode | op | warm-up calls | mode's wrapper us | eager wrapper us | verdict |",
+        "|---|---|---|---:|---:|---:|---|",
+    ]
+    for run in runs:
+        for op, rec in run.timings.items():
+            if run.mode not in FILTERED:
+                continue
+            c = f"{statistics.median(rec.cand) * 1e6:.1f}" if rec.cand else "-"
+            b = f"{statistics.median(rec.base) * 1e6:.1f}" if rec.base else "-"
+            lines.append(
+                f"| {run.model} | {run.mode} | {op} | {rec.calls} | {c} | {b} | {rec.verdict()} |"
+            )
+    lines += ["", "## Trident per operator", "", "| model | op | status |", "|---|---|---|"]
+    for run in runs:
+        for op, st in run.trident.items():
+            lines.append(f"| {run.model} | {op} | {st} |")
+    lines += ["", "## torch.compile modes: Dynamo during warm-up", ""]
+    lines += [f"- {run.model}/{run.mode}: {run.dynamo}" for run in runs if run.dynamo]
+    lines += ["", "## Mode wall time (s, including warm-up and compiles)", ""]
+    lines += [
+        f"- {run.model}/{run.mode}: {run.seconds:.1f}" + (f" ({run.note})" if run.note else "")
+        for run in runs
+    ]
+    lines += ["", f"Command: `python benchmarks/llm_decode.py {' '.join(sys.argv[1:])}`", ""]
+    with open(path_md, "w") as f:
+        f.write("\n".join(lines))
+    explains = [f"### {r.model} / {op}\n\n{text}\n" for r in runs for op, text in r.explain.items()]
+    if explains:
+        with open(path_md[:-3] + "_trident.txt", "w") as f:
+            f.write("\n".join(explains))
+    try:
+        draw_chart(chart, path_md[:-3] + ".png", prov, a)
+    except Exception as e:  # noqa: BLE001  (a chart is never worth losing the table)
+        say(f"chart failed: {type(e).__name__}: {e}")
+
+
+def draw_chart(chart: dict, path: str, prov: Provider, a) -> None:
+    """Grouped bars of speedup over eager per model/prompt set (the paper's Figure 7 style)."""
+    if not chart:
+        return
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        say("matplotlib is missing: no chart")
+        return
+    modes = [
+        m
+        for m in ("torch", "compile", "compile_cpp", "trident")
+        if any(m in v for v in chart.values())
+    ]
+    if not modes:
+        return
+    groups = list(chart)
+    width = 0.8 / max(len(modes), 1)
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(groups)), 3.6))
+    for k, mode in enumerate(modes):
+        xs = [g + (k - (len(modes) - 1) / 2) * width for g in range(len(groups))]
+        ys = [chart[g].get(mode, 0.0) for g in groups]
+        ax.bar(xs, ys, width, label=mode)
+        for x, y in zip(xs, ys):
+            if y:
+                ax.text(x, y, f"{y:.2f}", ha="center", va="bottom", fontsize=7)
+    ax.axhline(1.0, color="black", linestyle="--", linewidth=0.8)
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels(groups, fontsize=8)
+    ax.set_ylabel("speedup over eager (e2e)")
+    ax.set_title(f"LLM decode, {prov.name} operators, {a.new_tokens} tokens, batch 1", fontsize=9)
+    ax.legend(fontsize=8, ncol=len(modes))
+    fig.tight_layout()
+    fig.savefig(path, dpi=150)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------- main
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--provider", choices=("flaggems", "stub"), default="flaggems")
+    ap.add_argument("--tiny", action="store_true", help="tiny dimensions (CPU check)")
+    ap.add_argument(
+        "--layers",
+        type=int,
+        default=None,
+        help="num_hidden_layers of each model (default 4; 2 with --tiny)",
+    )
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--prompts", default=",".join(PROMPT_SETS))
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--warmup", type=int, default=10, help="warm-up requests per model and mode")
+    ap.add_argument(
+        "--requests", type=int, default=3, help="measured requests per prompt set, model and mode"
+    )
+    ap.add_argument("--attn", default="eager", help="attn_implementation (eager reaches aten::bmm)")
+    ap.add_argument(
+        "--experts",
+        default="eager",
+        help="experts_implementation of DeepSeek-V2 (eager: one linear per expert)",
+    )
+    ap.add_argument(
+        "--dynamic",
+        choices=("auto", "true", "false"),
+        default="auto",
+        help="dynamic= of trident.jit and torch.compile (auto = None)",
+    )
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=480.0,
+        help="stop measuring (and skip later modes) past this many seconds",
+    )
+    ap.add_argument("--tag", default=None)
+    ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
+    a = ap.parse_args()
+    a.dynamic = {"auto": None, "true": True, "false": False}[a.dynamic]
+    a.layers = a.layers or (2 if a.tiny else 4)
+    a.prompts = [s for s in a.prompts.split(",") if s]
+    modes = [m for m in MODES if m in a.modes.split(",")]
+    models = [m for m in a.models.split(",") if m]
+    t0 = time.time()
+    deadline = t0 + a.budget_s
+
+    warnings.filterwarnings("ignore", message="Warning only once for all operators")
+    if a.provider == "flaggems" and not torch.cuda.is_available():
+        say("the flaggems provider needs CUDA; use --provider stub on a machine without a GPU")
+        return 2
+    prov = stub_provider() if a.provider == "stub" else flaggems_provider()
+    if prov.device == "cpu":
+        torch.set_num_threads(1)  # tiny matrices; spinning OpenMP threads only add noise
+    tag = a.tag or (prov.name + ("-tiny" if a.tiny else ""))
+    os.makedirs(a.out_dir, exist_ok=True)
+    path_md = os.path.join(a.out_dir, f"llm_decode_{datetime.date.today()}_{tag}.md")
+    say(f"provider {prov.name} on {machine(prov)}; {versions(prov)}")
+    say(
+        f"layers per model: {a.layers}; new tokens {a.new_tokens}; warm-up {a.warmup}; "
+        f"measured requests per prompt set {a.requests}; modes {modes}"
+    )
+
+    built = {name: build_model(name, a, prov.device) for name in models}
+    layers_of = {name: m.config.num_hidden_layers for name, m in built.items()}
+    runs = []
+    for mode in modes:
+        for name in models:
+            if time.time() > deadline:
+                runs.append(ModeRun(mode, name, note="skipped: time budget"))
+                continue
+            say(f"== {name} / {mode}")
+            run = run_mode(mode, name, built[name], prov, a, a.prompts, deadline)
+            runs.append(run)
+            if run.requests:
+                m = metrics(run.requests)
+                say(
+                    f"   {len(run.requests)} measured request(s): e2e {m['e2e']:.2f} ms, TTFT "
+                    f"{m['ttft']:.2f} ms, TPOT {m['tpot']:.3f} ms ({run.seconds:.1f}s for the mode)"
+                )
+        write_report(runs, prov, a, path_md, layers_of, time.time() - t0)
+    with open(path_md) as f:
+        text = f.read()
+    say("\n" + text)
+    say(f"wrote {path_md}" + (" and .png" if os.path.exists(path_md[:-3] + ".png") else ""))
+    if "MISMATCH" in text:
+        say("!! generated tokens differ from the eager run's: see 'tokens vs eager' above")
+    bad = [r for r in runs if any(st.startswith("FELL BACK") for st in r.trident.values())]
+    if prov.name == "stub" and bad:
+        say("!! trident fell back on a stub operator (see 'Trident per operator')")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
