@@ -6,8 +6,9 @@ A function is captured with `dynamic=False` for 64 input lengths, so it holds
 64 versions tried in capture order.  The warm latency of a call whose
 matching version is the 1st, 8th, 32nd and 64th is timed (median of rounds,
 after warm-up), and so is each miss (capture + C generation + build + load)
-as the SCM grows.  Results go to benchmarks/results/ with date, commit and
-machine.
+as the SCM grows, with the part spent in `build_scm` (the C compiler and
+linker) and the C units it compiled.  Results go to benchmarks/results/ with
+date, commit and machine.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import time
 import torch
 
 import trident
+from trident import scm as scm_mod
 
 
 def fn(x, w):
@@ -38,8 +40,10 @@ def main():
     n = a.versions
     f = trident.jit(fn, dynamic=False, max_versions=n)
     inputs = [(torch.randn(k + 1), torch.randn(k + 1)) for k in range(n)]
+    builds = _time_builds()
     rebuild = []
     for x, w in inputs:
+        builds.append([0.0, "-"])
         t = time.perf_counter()
         torch.testing.assert_close(f(x, w), fn(x, w))
         rebuild.append(time.perf_counter() - t)
@@ -72,17 +76,35 @@ def main():
     for p in positions:
         lines.append(f"| {p} | {hit[p]:.2f} | {hit[p] / hit[1]:.2f}x |")
     lines += ["", f"Eager, same call: {eager:.2f} us.", "",
-              "| versions after the miss | miss (capture + codegen + build + load) ms |",
-              "|---:|---:|"]
+              ("| versions after the miss | miss (capture + codegen + build + load) ms "
+               "| of which build ms | units compiled |"),
+              "|---:|---:|---:|---|"]
     for k in (1, 2, 8, 16, 32, 64):
         if k <= n:
-            lines.append(f"| {k} | {rebuild[k - 1] * 1e3:.0f} |")
+            b, units = builds[k - 1]
+            lines.append(f"| {k} | {rebuild[k - 1] * 1e3:.0f} | {b * 1e3:.0f} | {units} |")
     text = "\n".join(lines) + "\n"
     print(text)
     out = a.out or os.path.join(os.path.dirname(__file__), "results",
                                 f"versions_growth_{datetime.date.today()}.md")
     with open(out, "w") as fh:
         fh.write(text)
+
+
+def _time_builds() -> list:
+    """Time every `build_scm` call; one [seconds, units compiled] per miss."""
+    out: list = []
+    build_scm = scm_mod.build.build_scm
+
+    def timed(src):
+        t = time.perf_counter()
+        r = build_scm(src)
+        out[-1][0] += time.perf_counter() - t
+        out[-1][1] = ", ".join(getattr(r, "compiled", ())) or "all (one unit)"
+        return r
+
+    scm_mod.build.build_scm = timed
+    return out
 
 
 def _time(call, n):

@@ -66,9 +66,11 @@ def versions(f) -> list:
 
 
 def stats(f):
-    """Counters: misses, captures, fallbacks, and per-version hits."""
+    """Counters: misses, captures, fallbacks, per-version hits, and the C
+    units its rebuilds compiled (those found in the build cache excluded)."""
     scm = _scm_of(f)
     hits = scm.hits()
     return {"misses": scm.stats.misses, "captures": scm.stats.captures,
             "fallbacks": scm.stats.fallbacks, "versions": len(scm.versions), "hits": hits,
-            "fallback_reason": scm.fallback_reason}
+            "fallback_reason": scm.fallback_reason,
+            "compiled_units": list(scm.stats.compiled_units)}

@@ -3,10 +3,12 @@
 The object users call is a native `trident.Function` (trident_rt.cpp).  On
 each call it binds the arguments and enters the installed SCM, which tries
 its versions in order.  Only a miss comes here (`SCM.miss`): capture a new
-version with Dynamo, regenerate and rebuild the SCM with every version, and
-install it under the same callable.  The missing call returns its own
-result.  An exception raised by a version's operators propagates as eager's
-exception and never reaches this file.
+version with Dynamo, rebuild the SCM with every version (only the new
+version's C unit and the small dispatcher are compiled: the other versions'
+objects come from the build cache), and install it under the same callable.
+The missing call returns its own result.  An exception raised by a
+version's operators propagates as eager's exception and never reaches this
+file.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class Stats:
     captures: int = 0
     fallbacks: int = 0
     build_paths: list = field(default_factory=list)
+    compiled_units: list = field(default_factory=list)  # C units compiled, over all builds
 
 
 class SCM:
@@ -55,6 +58,7 @@ class SCM:
         self.fallback_reason: str | None = None
         self.stats = Stats()
         self.c_source: str | None = None
+        self._units: list = []  # codegen.c.Unit per installed version (text never changes)
         self.so_path: Path | None = None
         self.rt = build.runtime_module()
         self._tls = threading.local()
@@ -151,8 +155,14 @@ class SCM:
         return v
 
     def _install(self, versions: list) -> None:
-        src = cgen.generate(versions)
-        so = build.build_scm(src)
+        # A version's unit depends on that version alone: reuse the text of
+        # those already installed, generate only the new one.
+        old_units = {id(v): u for v, u in zip(self.versions, self._units)}
+        units = [old_units.get(id(v)) or cgen.generate_version(v) for v in versions]
+        src = cgen.SCMSource(tuple(units), cgen.generate_dispatcher(versions))
+        built = build.build_scm(src)
+        self.stats.compiled_units += built.compiled
+        so = built.so
         consts = cgen.consts_tuple(self.fn.__globals__, _builtins_of(self.fn), versions)
         module = self.rt.load_scm(str(so), consts)
         old = self.function._module
@@ -163,10 +173,11 @@ class SCM:
         # Only now, with the whole new SCM loaded, does the callable switch.
         self.function._install(module)
         self.versions = versions
-        self.c_source = src
+        self._units = units
+        self.c_source = src.text()
         self.so_path = so
         self.stats.build_paths.append(str(so))
-        _dump_text(f"{self.fn.__qualname__}.scm.c", src)
+        _dump_text(f"{self.fn.__qualname__}.scm.c", self.c_source)
 
     def _fall_back(self, reason: str, args, kwargs, result=None):
         if self.options.strict:  # TRIDENT_STRICT was folded in by jit()
@@ -176,6 +187,10 @@ class SCM:
             self.fallback_reason = reason
             warnings.warn(f"trident.jit({self.fn.__qualname__}) runs eagerly from now on: "
                           f"{reason}", RuntimeWarning, stacklevel=5)
+            old = self.function._module
+            if old is not None:  # keep the hit counts of the versions that served
+                for i, (hits, _) in enumerate(old.stats()):
+                    self._hit_base[i] += hits
             self.function._install(None)
         if args is not None:
             return self.fn(*args, **kwargs)
@@ -209,7 +224,8 @@ class SCM:
         if self.fallback_reason:
             out.append(f"  runs eagerly: {self.fallback_reason}")
         if self.so_path:
-            out.append(f"  SCM: {self.so_path}  (source, command and log beside it)")
+            out.append(f"  SCM: {self.so_path}  (dispatcher source, command and log beside it; "
+                       "the command names each version's object, its source beside it)")
         for v, (hits, failed) in zip(self.versions, stats):
             out.append(f"  hits={hits}" + (f" last failed guard=[{failed}]" if failed >= 0 else ""))
             out.append(print_version(v))

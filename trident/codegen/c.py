@@ -1,15 +1,25 @@
 """Host IR versions -> the C source of one SCM.  Pure: text in, text out.
 
-Layout of the generated file:
-  * one function per version: its guards in order (a failed guard records
-    its index and returns TRT_MISS), then its program (an operator error
-    returns TRT_ERROR with the Python exception set), then its result;
-  * `trident_scm_call`, the ordered dispatcher over the versions;
-  * `trident_scm_init` / `_stats` / `_free` (see trident_rt.h).
+An SCM is several translation units, so that a rebuild after a miss compiles
+only what changed (native/build.py caches each unit's object by content hash):
+
+  * one unit per version (`generate_version`): its guards in order (a failed
+    guard records its index and returns TRT_MISS), then its program (an
+    operator error returns TRT_ERROR with the Python exception set), then its
+    result; plus that version's own init and free.  Its text depends on that
+    version alone, so it stays byte-identical, and its object cached, while
+    later versions are added;
+  * the dispatcher unit (`generate_dispatcher`), the only one compiled on
+    every rebuild: `trt_scm_dispatch`, which calls the versions' functions
+    directly and in order, and the tables of their inits and frees.  The
+    exported entries around it (`trident_scm_call` / `_init` / `_stats` /
+    `_free`, see trident_rt.h) are fixed C in runtime/scm_main.c, and
+    runtime/scm_dispatch.h says how the units fit together.
 
 The constant tuple passed at init is: (globals, builtins, *version pools
-concatenated); `K[i]` in the C text indexes it.  Everything mutable lives in
-the state struct, so two SCMs built from identical text stay independent.
+concatenated); the dispatcher hands each version a pointer to its own pool,
+which it indexes as `K[i]`.  Everything mutable lives in the state structs,
+so two SCMs built from identical text stay independent.
 """
 
 from __future__ import annotations
@@ -48,8 +58,8 @@ def _cstr(s: str) -> str:
     return json.dumps(s)  # a valid C string literal for printable text
 
 
-class _Module:
-    """Accumulates module-level tables while versions are emitted."""
+class _Tables:
+    """One version's init-time tables, accumulated while its code is emitted."""
 
     def __init__(self):
         self.names: list[str] = []
@@ -66,17 +76,16 @@ class _Module:
 
 
 class _VersionGen:
-    def __init__(self, mod: _Module, v: ir.Version, base: int):
-        self.mod = mod
+    def __init__(self, v: ir.Version):
+        self.mod = _Tables()
         self.v = v
-        self.base = base
         self.lines: list[str] = []
         self.src_vars: dict = {}
         self.meta: dict = {}  # tensor source -> (meta var, ndim)
         self.tmp = 0
 
     def K(self, i: int) -> str:
-        return f"K[{self.base + i}]"
+        return f"K[{i}]"
 
     # -- sources: every load is a new reference kept in o<N>, released at exit
     def load(self, src) -> str:
@@ -173,7 +182,7 @@ class _VersionGen:
             init = (f"{{NULL, {g.dtype}, {g.device_type}, {g.device_index}, "
                     f"{int(g.requires_grad)}, UINT64_C({g.dispatch_keys}), {nd}, "
                     f"{'sz%d' % spec if nd else 'NULL'}, {'st%d' % spec if nd else 'NULL'}}}")
-            self.mod.specs.append((init, self.base + g.type_const))
+            self.mod.specs.append((init, g.type_const))
             m = f"m{len(self.meta)}"
             self.meta[g.source] = (m, nd)
             self.lines.insert(0, f"  int64_t {m}[{2 * nd + 1}];")
@@ -291,7 +300,7 @@ class _VersionGen:
                     "  if (rc == TRT_PRECONDITION) { PyErr_SetString(PyExc_RuntimeError, "
                     f"{_cstr(PRECONDITION_LATE % ins.kernel)}); goto error; }}")
             else:
-                self.lines.append(f"  if (rc == TRT_PRECONDITION) {{ S->failed[{self.v.index}] = "
+                self.lines.append(f"  if (rc == TRT_PRECONDITION) {{ S->h.failed = "
                                   f"{len(self.v.guards)} + {k}; goto miss; }}")
             self.lines.append("  if (rc) goto error;")
             self.side_effects = True
@@ -315,7 +324,7 @@ class _VersionGen:
                           f"{p.dtype}}}")
         stmts = ["  {"]
         stmts.append(f"    static const trt_launch_param p[] = {{{', '.join(ps) or '{0}'}}};")
-        cub = f"S->K[{self.base + t.cubin_const}]"
+        cub = f"S->K[{t.cubin_const}]"
         stmts.append(f"    trt_launch_spec s = {{{_cstr(t.symbol)}, PyBytes_AS_STRING({cub}), "
                      f"(int64_t)PyBytes_GET_SIZE({cub}), {t.num_warps}, {t.num_ctas}, {t.shared}, "
                      f"{int(t.cooperative)}, {int(t.pdl)}, {len(t.params)}, p}};")
@@ -426,7 +435,7 @@ class _VersionGen:
         for src in _pyint_sources(v.program):
             o = self.load(src)
             self.lines.append(f"  ok = 1; (void)trt_pyint({o}, &ok); if (!ok) FAIL({len(v.guards)});")
-        self.lines.append(f"  S->hits[{v.index}]++;")
+        self.lines.append("  S->h.hits++;")
         self.lines.append(f"  F = api->frame_acquire({max(v.nslots, 1)});")
         for ins in v.program:
             self.instr(ins)
@@ -440,12 +449,12 @@ class _VersionGen:
         release = "".join(f"  Py_XDECREF({o});\n" for o in ovars)
         release += "".join(f"  Py_XDECREF({r});\n" for r in self.cleanup)
         return (
-            f"/* version {v.index} */\n"
-            f"static PyObject *version_{v.index}(scm_state *S, PyObject *const *L, "
+            f"PyObject *trident_version_{v.index}(void *st, PyObject *const *L, "
             f"const trt_global_state *now, int *status) {{\n"
+            f"  version_state *S = (version_state *)st;\n"
             f"  PyObject *const *K = S->K;\n  PyObject *result = NULL;\n  trt_frame *F = NULL;\n"
             f"{decl}"
-            f"#define FAIL(k) do {{ S->failed[{v.index}] = (k); goto miss; }} while (0)\n"
+            f"#define FAIL(k) do {{ S->h.failed = (k); goto miss; }} while (0)\n"
             f"{body}\n"
             f"bad_arg:\n"
             f"  if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "
@@ -520,72 +529,116 @@ def _cdouble(x: float) -> str:
     return repr(float(x))
 
 
-def generate(versions) -> str:
-    """C source of an SCM holding `versions`, tried in order."""
-    lay = layout(versions)
-    mod = _Module()
-    bodies = [_VersionGen(mod, v, b).emit() for v, b in zip(versions, lay.bases)]
-    nv = len(versions)
-    nspec, nops, nnames = len(mod.specs), len(mod.ops), len(mod.names)
-    nl = len(mod.launches)
-    nenv = mod.nenv
-    out = ["/* Generated by Trident: one Specialization Cache Module. Do not edit. */",
+@dataclass(frozen=True)
+class Unit:
+    """One C translation unit: its file name in the build and its text."""
+
+    name: str
+    text: str
+
+
+@dataclass(frozen=True)
+class SCMSource:
+    """The C of one SCM: a unit per version, in dispatch order, and the
+    dispatcher.  `text()` is all of it as one listing, for dumps and golden
+    tests; the build compiles the units separately."""
+
+    versions: tuple
+    dispatcher: Unit
+
+    @property
+    def units(self) -> tuple:
+        return (*self.versions, self.dispatcher)
+
+    def text(self) -> str:
+        return "\n".join(f"/* ==== {u.name} ==== */\n{u.text}" for u in self.units)
+
+
+def generate(versions) -> SCMSource:
+    """The C of an SCM holding `versions`, tried in order."""
+    return SCMSource(tuple(generate_version(v) for v in versions), generate_dispatcher(versions))
+
+
+def generate_version(v: ir.Version) -> Unit:
+    """The translation unit of one version.  Its text depends on `v` alone
+    (its index names its symbols), so adding versions never changes it."""
+    gen = _VersionGen(v)
+    body = gen.emit()
+    mod = gen.mod
+    i = v.index
+    out = [(f"/* Generated by Trident: version {i} of a Specialization Cache Module. "
+            "Do not edit. */"),
            '#include "scm_prelude.h"', "#include <stdlib.h>", "#include <string.h>", "",
+           f"TRT_DECLARE_VERSION({i})", "",
            "static const trt_api *api;", "",
-           "typedef struct scm_state {",
-           "  PyObject *consts;",
-           "  PyObject *const *K;",
+           "typedef struct version_state {",
+           "  trt_version_head h; /* first: trident_scm_stats reads hits and failed through it */",
+           "  PyObject *const *K; /* this version's constant pool */",
            "  PyObject *globals, *builtins;",
-           f"  PyObject *N[{max(nnames, 1)}];",
-           f"  trt_tensor_spec spec[{max(nspec, 1)}];",
-           f"  trt_op *ops[{max(nops, 1)}];",
-           f"  trt_launch *launches[{max(nl, 1)}];",
-           f"  trt_envcache env[{max(nenv, 1)}];",
-           f"  int64_t hits[{nv}];",
-           f"  int32_t failed[{nv}];",
-           "} scm_state;", ""]
+           f"  PyObject *N[{max(len(mod.names), 1)}];",
+           f"  trt_tensor_spec spec[{max(len(mod.specs), 1)}];",
+           f"  trt_op *ops[{max(len(mod.ops), 1)}];",
+           f"  trt_launch *launches[{max(len(mod.launches), 1)}];",
+           f"  trt_envcache env[{max(mod.nenv, 1)}];",
+           "} version_state;", ""]
     out.extend(mod.decls)
     out.append("")
-    out.extend(bodies)
-    out.append("TRT_EXPORT PyObject *trident_scm_call(void *st, PyObject *const *L, int *status) {")
-    out.append("  scm_state *S = (scm_state *)st;\n  PyObject *r;")
-    out.append("  trt_global_state now;\n  api->global_state_now(&now);")
-    for v in versions:
-        out.append(f"  r = version_{v.index}(S, L, &now, status);")
-        out.append("  if (*status != TRT_MISS) return r;")
-    out.append("  *status = TRT_MISS;\n  return NULL;\n}\n")
-    out.append("TRT_EXPORT void trident_scm_free(void *st) {")
-    out.append("  scm_state *S = (scm_state *)st;\n  if (!S) return;")
-    out.append(f"  for (int i = 0; i < {nops}; ++i) if (S->ops[i]) api->op_free(S->ops[i]);")
-    out.append(f"  for (int i = 0; i < {nl}; ++i) if (S->launches[i]) api->launch_free(S->launches[i]);")
-    out.append(f"  for (int i = 0; i < {nenv}; ++i) trt_envcache_reset(&S->env[i]);")
-    out.append(f"  for (int i = 0; i < {nnames}; ++i) Py_XDECREF(S->N[i]);")
-    out.append("  Py_XDECREF(S->consts);\n  free(S);\n}\n")
-    out.append("TRT_EXPORT int trident_scm_stats(void *st, int64_t *hits, int32_t *failed, int32_t n) {")
-    out.append("  scm_state *S = (scm_state *)st;")
-    out.append(f"  for (int i = 0; i < n && i < {nv}; ++i) {{ hits[i] = S->hits[i]; failed[i] = S->failed[i]; }}")
-    out.append(f"  return {nv};\n}}\n")
-    out.append("TRT_EXPORT int trident_scm_init(const trt_api *a, PyObject *consts, void **out) {")
-    out.append("  if (a->abi_version != TRT_ABI_VERSION) {")
-    out.append('    PyErr_SetString(PyExc_ImportError, "trident: SCM built for another runtime ABI");')
-    out.append("    return -1;\n  }")
+    out.append(body)
+    out.append(f"void trident_version_{i}_free(void *st) {{")
+    out.append("  version_state *S = (version_state *)st;\n  if (!S) return;")
+    out.append(f"  for (int i = 0; i < {len(mod.ops)}; ++i) "
+               "if (S->ops[i]) api->op_free(S->ops[i]);")
+    out.append(f"  for (int i = 0; i < {len(mod.launches)}; ++i) "
+               "if (S->launches[i]) api->launch_free(S->launches[i]);")
+    out.append(f"  for (int i = 0; i < {mod.nenv}; ++i) trt_envcache_reset(&S->env[i]);")
+    out.append(f"  for (int i = 0; i < {len(mod.names)}; ++i) Py_XDECREF(S->N[i]);")
+    out.append("  free(S);\n}\n")
+    out.append(f"int trident_version_{i}_init(const trt_api *a, PyObject *const *K, "
+               "PyObject *globals, PyObject *builtins, void **out) {")
     out.append("  api = a;")
-    out.append("  scm_state *S = (scm_state *)calloc(1, sizeof(scm_state));")
+    out.append("  version_state *S = (version_state *)calloc(1, sizeof(version_state));")
     out.append("  if (!S) { PyErr_NoMemory(); return -1; }")
-    out.append("  Py_INCREF(consts);\n  S->consts = consts;")
-    out.append("  S->K = (PyObject *const *)&PyTuple_GET_ITEM(consts, 0);")
-    out.append("  S->globals = S->K[0];\n  S->builtins = S->K[1];")
-    out.append(f"  for (int i = 0; i < {nv}; ++i) S->failed[i] = -1;")
-    for i, n in enumerate(mod.names):
-        out.append(f"  S->N[{i}] = PyUnicode_InternFromString({_cstr(n)});")
-        out.append(f"  if (!S->N[{i}]) goto fail;")
-    for i, (init, tk) in enumerate(mod.specs):
+    out.append("  S->K = K; /* borrowed: the SCM's state owns the tuple */")
+    out.append("  S->globals = globals;\n  S->builtins = builtins;")
+    out.append("  S->h.failed = -1;")
+    for j, n in enumerate(mod.names):
+        out.append(f"  S->N[{j}] = PyUnicode_InternFromString({_cstr(n)});")
+        out.append(f"  if (!S->N[{j}]) goto fail;")
+    for j, (init, tk) in enumerate(mod.specs):
         out.append("  {")
         out.append(f"    const trt_tensor_spec t = {init};")
-        out.append(f"    S->spec[{i}] = t;\n    S->spec[{i}].type = (PyTypeObject *)S->K[{tk}];")
+        out.append(f"    S->spec[{j}] = t;\n    S->spec[{j}].type = (PyTypeObject *)S->K[{tk}];")
         out.append("  }")
     out.extend(mod.ops)
     out.extend(mod.launches)
     out.append("  *out = S;\n  return 0;")
-    out.append("fail:\n  trident_scm_free(S);\n  return -1;\n}")
-    return "\n".join(out) + "\n"
+    out.append(f"fail:\n  trident_version_{i}_free(S);\n  return -1;\n}}")
+    return Unit(f"version_{i}.c", "\n".join(out) + "\n")
+
+
+def generate_dispatcher(versions) -> Unit:
+    """The unit regenerated on every rebuild: the version tables and
+    `trt_scm_dispatch`, calling each version's function directly, in order
+    (the entry points around it are runtime/scm_main.c).  It includes only
+    scm_dispatch.h, not Python.h, so it compiles in a few milliseconds."""
+    lay = layout(versions)
+    idx = [v.index for v in versions]
+    out = [("/* Generated by Trident: the dispatcher of a Specialization Cache Module "
+            "(scm_dispatch.h). Do not edit. */"),
+           '#include "scm_dispatch.h"', ""]
+    out.extend(f"TRT_DECLARE_VERSION({i})" for i in idx)
+    bases = ", ".join(map(str, lay.bases)) or "0"
+    inits = ", ".join(f"trident_version_{i}_init" for i in idx) or "0"
+    frees = ", ".join(f"trident_version_{i}_free" for i in idx) or "0"
+    out += ["", f"const int trt_scm_nversions = {len(versions)};",
+            f"const int trt_scm_bases[] = {{{bases}}};",
+            f"trt_version_init_fn *const trt_scm_inits[] = {{{inits}}};",
+            f"trt_version_free_fn *const trt_scm_frees[] = {{{frees}}};", "",
+            ("PyObject *trt_scm_dispatch(void *const *v, PyObject *const *L, "
+             "const trt_global_state *now, int *status) {"),
+            "  PyObject *r;"]
+    for k, i in enumerate(idx):
+        out.append(f"  r = trident_version_{i}(v[{k}], L, now, status);")
+        out.append("  if (*status != TRT_SCM_MISS) return r;")
+    out.append("  *status = TRT_SCM_MISS;\n  return NULL;\n}")
+    return Unit("scm.c", "\n".join(out) + "\n")

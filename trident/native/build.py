@@ -1,10 +1,15 @@
-"""Compile C/C++ into shared objects, cached by content hash.
+"""Compile C/C++ into objects and shared objects, cached by content hash.
 
 Each build lives in `<cache>/<kind>/<hash>/` holding the source, the exact
-command (`cmd.txt`), the compiler's output (`build.log`) and the `.so`, so a
-build can be inspected and rerun by hand.  The hash covers the source text,
-the command and the versions of Python and torch, so a change of any of them
-builds anew.
+command (`cmd.txt`), the compiler's output (`build.log`) and the product (a
+`.o` or `.so`), so a build can be inspected and rerun by hand.  The hash
+covers the source text, the command and the versions of Python and torch, so
+a change of any of them builds anew.
+
+An SCM is built in two steps: each version's unit is compiled to an object
+in `obj/<hash>/` (reused while its text is unchanged, which is always for
+the versions a rebuild keeps), then the small dispatcher unit is compiled
+and linked with those objects into `scm/<hash>/scm.so`.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import sys
 import sysconfig
 import tempfile
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import config
@@ -40,18 +46,20 @@ def _digest(*parts: str) -> str:
     return h.hexdigest()[:20]
 
 
-def _build(kind: str, files: dict, cmd_for, what: str) -> Path:
+def _build(kind: str, files: dict, cmd_for, what: str, suffix: str = ".so") -> tuple[Path, bool]:
     """Build `files` ({name: text}; the first is compiled with the others
-    beside it) unless a build with the same hash exists; return the .so."""
+    beside it) unless a build with the same hash exists.  Returns the
+    product (named after the first file, with `suffix`) and whether this
+    call compiled it."""
     import torch
 
     source_name = next(iter(files))
     tag = _digest(*files.values(), " ".join(cmd_for(["SRC"], "OUT")), sys.version,
                   torch.__version__)
     out_dir = config.cache_dir() / kind / tag
-    so = out_dir / (Path(source_name).stem + ".so")
+    so = out_dir / (Path(source_name).stem + suffix)
     if so.exists():
-        return so
+        return so, False
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     # Build in a private directory, then rename: concurrent processes never
     # see (or load) a half-written .so.
@@ -74,7 +82,7 @@ def _build(kind: str, files: dict, cmd_for, what: str) -> Path:
     except OSError:
         if not so.exists():  # another process won the race with a good build
             raise
-    return so
+    return so, True
 
 
 def runtime_module():
@@ -109,7 +117,7 @@ def runtime_module():
                 *cuda["libs"], f"-Wl,-rpath,{libdir}",
             ]
 
-        so = _build("runtime", files, cmd_for, "building Trident's runtime")
+        so, _ = _build("runtime", files, cmd_for, "building Trident's runtime")
         spec = importlib.util.spec_from_file_location("_trident_rt", so)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
@@ -139,20 +147,69 @@ def _cuda_flags() -> dict:
     return {"cflags": ["-DTRT_WITH_CUDA", *[f"-I{i}" for i in incs]], "libs": ["-lc10_cuda"]}
 
 
-def build_scm(c_source: str) -> Path:
-    """Compile one generated SCM (plain C) and return the path of its .so."""
+@dataclass(frozen=True)
+class SCMBuild:
+    """A built SCM: its shared object, the objects linked into it (one per
+    version, in order, then scm_main.o) and the units this build compiled
+    (the others' objects came from the cache)."""
 
-    def cmd_for(srcs: list, out: str) -> list[str]:
+    so: Path
+    objects: tuple
+    compiled: tuple
+
+
+_SCM_HEADERS = ("scm_prelude.h", "scm_dispatch.h", "trident_rt.h")
+
+
+def _scm_cmd(*head: str):
+    """The command line of an SCM step; `head` says what it makes."""
+
+    def cmd_for(srcs: list, out: str, tail: tuple = ()) -> list[str]:
         return [
-            config.c_compiler(), "-shared", "-fPIC", "-O2", "-std=c11",
+            config.c_compiler(), *head, "-fPIC", "-O2", "-std=c11",
             "-fvisibility=hidden", "-Wall", "-Wno-unused-variable", "-Wno-unused-label",
             "-Wno-unused-function",
-            f"-I{RUNTIME_DIR}", f"-I{_python_include()}", *srcs, "-o", out,
+            f"-I{RUNTIME_DIR}", f"-I{_python_include()}", *srcs, *tail, "-o", out,
         ]
 
+    return cmd_for
+
+
+def _with_headers(name: str, text: str, headers=_SCM_HEADERS) -> dict:
     # The headers travel with the source: the build directory is self-contained
     # and its hash changes when they do.
-    files = {"scm.c": c_source}
-    for n in ("scm_prelude.h", "trident_rt.h"):
+    files = {name: text}
+    for n in headers:
         files[n] = (RUNTIME_DIR / n).read_text()
-    return _build("scm", files, cmd_for, "compiling an SCM")
+    return files
+
+
+def build_scm(src) -> SCMBuild:
+    """Build one generated SCM (plain C; a `codegen.c.SCMSource`).
+
+    Each version's unit is compiled to an object unless an object of the
+    same text exists (so a rebuild after a miss compiles only the new
+    version), and so is runtime/scm_main.c (the entry points; once per
+    cache); then the dispatcher unit, which does not include Python.h, is
+    compiled and linked with them into the shared object."""
+    compiled = []
+    objects = []
+    units = [(u.name, u.text) for u in src.versions]
+    units.append(("scm_main.c", (RUNTIME_DIR / "scm_main.c").read_text()))
+    for name, text in units:
+        obj, fresh = _build("obj", _with_headers(name, text), _scm_cmd("-c"),
+                            f"compiling {name} of an SCM", suffix=".o")
+        objects.append(obj)
+        if fresh:
+            compiled.append(name)
+    compile_and_link = _scm_cmd("-shared")
+
+    def cmd_for(srcs: list, out: str) -> list[str]:
+        return compile_and_link(srcs, out, tuple(str(o) for o in objects))
+
+    d = src.dispatcher
+    so, fresh = _build("scm", _with_headers(d.name, d.text, ("scm_dispatch.h",)), cmd_for,
+                       "linking an SCM")
+    if fresh:
+        compiled.append(d.name)
+    return SCMBuild(so, tuple(objects), tuple(compiled))

@@ -1,5 +1,6 @@
 /*
- * scm_prelude.h -- small helpers every generated SCM includes.
+ * scm_prelude.h -- small helpers every version unit of an SCM includes
+ * (and scm_main.c; the dispatcher unit includes only scm_dispatch.h).
  *
  * Source loads return NEW references or NULL (with no Python error left
  * set): a load that fails is a failed guard, i.e. a specialization miss,
@@ -13,6 +14,15 @@
 #include <math.h>
 
 #define TRT_EXPORT __attribute__((visibility("default")))
+
+/* The units of one SCM and their prototypes (no Python.h needed there). */
+#include "scm_dispatch.h"
+
+/* The first member of every version's state: what trident_scm_stats reads. */
+typedef struct trt_version_head {
+  int64_t hits;   /* calls this version served */
+  int32_t failed; /* index of the guard that last failed, or -1 */
+} trt_version_head;
 
 /* globals[name], falling back to builtins[name]. */
 static inline PyObject *trt_load_global(PyObject *globals, PyObject *builtins, PyObject *name) {
