@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import CaptureError, UnsupportedError
+from . import adapters
 
 
 @dataclass
@@ -46,6 +47,13 @@ class Capture:
     tf_mode_stack_len: int
     dynamic: bool = False
     notes: list = field(default_factory=list)
+    # Guards Trident's adapters add (see capture/adapters.py): (kind, Source, payload).
+    extra_guards: list = field(default_factory=list)
+
+
+class _NeedStatic(Exception):
+    """The graph launches a Triton kernel whose autotune key or heuristics
+    read a dynamic size: capture again with static shapes (nothing ran)."""
 
 
 class _GraphRunError(Exception):
@@ -145,6 +153,9 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
         st["sizes"] = sizes
 
         has_triton = any(_is_triton_node(n) for n in gm.graph.nodes)
+        if has_triton and dynamic is not False and _triton_needs_static(gm):
+            st["need_static"] = True
+            raise _NeedStatic()
         st["launches"] = []
 
         def runner(*a):
@@ -191,15 +202,32 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
                              options={"guard_filter_fn": guard_filter})
     gstate = global_state_fn()
     tf_len = torch._C._len_torch_function_stack()
+    adapted = adapters.State()
     try:
         # Python floats are specialized (a new value is a new version), as in
         # torch.compile's defaults before 2.6: a dynamic float needs float
         # shape guards (math.isnan ...) the SCM does not evaluate.
-        with torch._dynamo.config.patch(specialize_float=True):
+        with torch._dynamo.config.patch(specialize_float=True), adapters.active(adapted):
             result = compiled(*args, **kwargs)
     except _GraphRunError as e:
         raise e.exc from None
     except Exception as e:  # noqa: BLE001
+        if dynamic is not False and (st.get("need_static") or st["calls"] == 0):
+            # Nothing ran yet (Dynamo stopped while tracing, or the backend
+            # asked for static shapes): a dynamic size may be what Dynamo or
+            # a Triton launch cannot handle, so try once with static shapes.
+            reset_code(fn.__code__)
+            try:
+                cap = capture(fn, args, kwargs, dynamic=False, global_state_fn=global_state_fn)
+            except CaptureError:
+                if st.get("need_static"):
+                    raise
+            else:
+                cap.notes.append("captured with static shapes: "
+                                 + ("a Triton autotune key or heuristic reads a dynamic size"
+                                    if st.get("need_static") else
+                                    f"with dynamic shapes Dynamo failed: {_first_line(e)}"))
+                return cap
         inner = e
         while isinstance(inner, _GraphRunError) or isinstance(inner.__cause__, _GraphRunError):
             inner = inner.exc if isinstance(inner, _GraphRunError) else inner.__cause__
@@ -229,7 +257,8 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
         graph_outputs=st.get("outs", []), launches=st.get("launches", []),
         ret=st.get("ret"),
         tf_mode_stack_len=tf_len,
-        dynamic=bool(dynamic))
+        dynamic=bool(dynamic),
+        extra_guards=list(adapted.extra_guards))
 
 
 def _describe_return(tx, gm):
@@ -310,6 +339,33 @@ def _describe_return(tx, gm):
         raise UnsupportedError(f"a returned {type(vt).__name__}")
 
     return walk(tx.stack[-1])
+
+
+def _triton_needs_static(gm) -> bool:
+    """Does a Triton launch in `gm` feed a dynamic value to an autotune key
+    or to a kernel under @triton.heuristics?  (Its config would then hold
+    only for the captured value.)"""
+    from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+    from triton.runtime.autotuner import Autotuner, Heuristics
+
+    for n in gm.graph.nodes:
+        if not _is_triton_node(n):
+            continue
+        k = kernel_side_table.get_kernel(n.kwargs["kernel_idx"])
+        keys: set = set()
+        heur = False
+        while hasattr(k, "fn") and not hasattr(k, "device_caches"):
+            if isinstance(k, Autotuner):
+                keys.update(getattr(k, "keys", None) or getattr(k, "key", None) or ())
+            elif isinstance(k, Heuristics):
+                heur = True
+            k = k.fn
+        for name, v in dict(n.kwargs.get("kwargs", {})).items():
+            if isinstance(v, torch.fx.Node):
+                ex = v.meta.get("example_value", v.meta.get("val"))
+                if not isinstance(ex, torch.Tensor) and (heur or name in keys):
+                    return True
+    return False
 
 
 def _is_triton_node(n) -> bool:

@@ -98,6 +98,9 @@ class _VersionGen:
         elif isinstance(src, ir.TypeOf):
             b = self.load(src.base)
             expr = f"({b} ? (Py_INCREF(Py_TYPE({b})), (PyObject *)Py_TYPE({b})) : NULL)"
+        elif isinstance(src, ir.CallNoArgs):
+            b = self.load(src.base)
+            expr = f"trt_call_noargs({b})"
         elif isinstance(src, ir.ConstObj):
             expr = f"(Py_INCREF({self.K(src.index)}), {self.K(src.index)})"
         elif isinstance(src, ir.Attr):
@@ -214,6 +217,12 @@ class _VersionGen:
         elif isinstance(g, ir.CallCheck):
             o = self.load(g.source)
             self.lines.append(f"  if (!trt_call_check({o}, {self.K(g.fn)}, {self.K(g.arg)})) {fail};")
+        elif isinstance(g, ir.LoggerQuiet):
+            o = self.load(g.source)
+            self.lines.append(
+                f"  if (!trt_logger_quiet({o}, {self.mod.name('disabled')}, "
+                f"{self.mod.name('_cache')}, {self.mod.name('isEnabledFor')}, "
+                f"{self.K(g.level_const)})) {fail};")
         elif isinstance(g, ir.SameObject):
             a, b = self.load(g.a), self.load(g.b)
             self.lines.append(f"  if (!{a} || {a} != {b}) {fail};")

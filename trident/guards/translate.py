@@ -85,6 +85,8 @@ class SourceConverter:
             return out
         if cls == "TypeSource":
             return ir.TypeOf(self(src.base))
+        if cls == "CallFunctionNoArgsSource":
+            return ir.CallNoArgs(self(src.base))
         base = getattr(src, "base", None)
         if (cls in ("GetItemSource", "DictGetItemSource") and isinstance(base, S.GlobalSource)
                 and base.global_name.startswith("__builtins_dict__")
@@ -229,6 +231,11 @@ def translate(entries, cap, fn, consts: ConstPool, rt) -> tuple:
         else:
             raise UnsupportedError(f"guard kind {kind} on {g.name} is not translated")
 
+    for kind, dsrc, payload in getattr(cap, "extra_guards", ()):
+        if kind == "logger_quiet":
+            per_source.append(ir.LoggerQuiet(conv(dsrc), payload, consts.add(payload)))
+        else:
+            raise UnsupportedError(f"adapter guard {kind} is not translated")
     if cap.tf_mode_stack_len:
         raise UnsupportedError("a torch function mode is active")
     if covered:

@@ -207,6 +207,14 @@ class _Lowering:
                                                 self.sym_operand(b)))
         elif t in _SYM_UNOPS:
             self.vals[node] = self.sym(ir.UnOp(_SYM_UNOPS[t], self.sym_operand(node.args[0])))
+        elif t is getattr(torch, "sym_sum", None):
+            (terms,) = node.args
+            if not terms:
+                raise UnsupportedError("torch.sym_sum of no terms")
+            e = self.sym_operand(terms[0])
+            for term in terms[1:]:
+                e = ir.BinOp("+", e, self.sym_operand(term))
+            self.vals[node] = self.sym(e)
         else:
             raise UnsupportedError(f"graph node {node.format_node()} is not an ATen operator")
 

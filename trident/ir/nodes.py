@@ -81,7 +81,18 @@ class TypeOf:
         return f"type({self.base})"
 
 
-Source = Union[Local, Global, ConstObj, Attr, Item, TypeOf]
+@dataclass(frozen=True)
+class CallNoArgs:
+    """`base()`: the value a no-argument call returns now (Dynamo's
+    CallFunctionNoArgsSource, e.g. `torch.cuda.current_device()`)."""
+
+    base: "Source"
+
+    def __str__(self) -> str:
+        return f"{self.base}()"
+
+
+Source = Union[Local, Global, ConstObj, Attr, Item, TypeOf, CallNoArgs]
 
 # ------------------------------------------------ integer-valued properties
 
@@ -292,6 +303,20 @@ class CallCheck:
 
 
 @dataclass(frozen=True)
+class LoggerQuiet:
+    """The logger at `source` is not enabled for `level` (a log call the
+    version dropped; see capture/adapters.py).  Read from the logger's own
+    `disabled` flag and `_cache`, as `Logger.isEnabledFor` does."""
+
+    source: Source
+    level: int
+    level_const: int  # K[] index of the level as a Python int
+
+    def __str__(self) -> str:
+        return f"logger_quiet {self.source} level {self.level}"
+
+
+@dataclass(frozen=True)
 class SameObject:
     """DUPLICATE_INPUT: two sources are one object."""
 
@@ -334,7 +359,7 @@ class ShapeGuard:
 
 
 Guard = Union[TensorMatch, TypeMatch, IdMatch, EqualsMatch, LengthMatch, DictKeysMatch,
-              NotInDict, CallCheck, SameObject, Distinct, GlobalState, ShapeGuard]
+              NotInDict, CallCheck, LoggerQuiet, SameObject, Distinct, GlobalState, ShapeGuard]
 
 # ----------------------------------------------------------------- program
 

@@ -142,6 +142,41 @@ static inline int trt_call_check(PyObject *o, PyObject *fn, PyObject *arg) {
   return ok;
 }
 
+/* `o()` as a new reference; NULL (no error set) when o is NULL or raises. */
+static inline PyObject *trt_call_noargs(PyObject *o) {
+  if (!o) return NULL;
+  PyObject *r = PyObject_CallNoArgs(o);
+  if (!r) PyErr_Clear();
+  return r;
+}
+
+/* `not logger.isEnabledFor(level)`, read as Logger.isEnabledFor reads it:
+   `disabled`, then the level's entry in `_cache` (cleared by logging on any
+   level change); a level not cached yet asks isEnabledFor itself. */
+static inline int trt_logger_quiet(PyObject *lg, PyObject *n_disabled, PyObject *n_cache,
+                                   PyObject *n_enabled, PyObject *level) {
+  if (!lg) return 0;
+  PyObject *d = PyObject_GetAttr(lg, n_disabled);
+  if (!d) { PyErr_Clear(); return 0; }
+  int dis = PyObject_IsTrue(d);
+  Py_DECREF(d);
+  if (dis < 0) { PyErr_Clear(); return 0; }
+  if (dis) return 1;
+  PyObject *c = PyObject_GetAttr(lg, n_cache);
+  if (!c) { PyErr_Clear(); return 0; }
+  int quiet = 0;
+  PyObject *v = PyDict_Check(c) ? PyDict_GetItemWithError(c, level) : NULL;
+  if (v) {
+    quiet = v == Py_False;
+  } else {
+    if (PyErr_Occurred()) PyErr_Clear();
+    PyObject *r = PyObject_CallMethodOneArg(lg, n_enabled, level);
+    if (r) { quiet = r == Py_False; Py_DECREF(r); } else { PyErr_Clear(); }
+  }
+  Py_DECREF(c);
+  return quiet;
+}
+
 /* An exact Python int as int64; *ok = 0 if it is not one or overflows. */
 static inline int64_t trt_pyint(PyObject *o, int *ok) {
   if (!o || !PyLong_CheckExact(o)) { *ok = 0; return 0; }

@@ -1,0 +1,120 @@
+"""Adapters (capture/adapters.py): disabled log calls are dropped under a
+guard that the logger is still quiet; an enabled logger falls back to eager,
+which logs."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import torch
+
+import trident
+
+log = logging.getLogger("trident_test_adapters")
+log.setLevel(logging.WARNING)
+
+
+def _logs_then_computes(x, w):
+    log.debug("FORWARD %s", "x")
+    y = x * w + 1
+    log.info("done")
+    return y.relu()
+
+
+def _logs_with_log_method(x):
+    log.log(logging.DEBUG, "via log()")
+    return x.sin()
+
+
+def test_disabled_log_calls_are_dropped_and_guarded(h, caplog):
+    f = trident.jit(_logs_then_computes)
+    for _ in range(3):
+        x, w = h.rand(5, 4), h.rand(4)
+        h.check(f, _logs_then_computes, x, w)
+    st = trident.stats(f)
+    assert st["fallbacks"] == 0 and st["versions"] == 1
+    assert "logger_quiet" in trident.explain(f)
+    hits = sum(st["hits"])
+    assert hits >= 2
+
+    # Enabling DEBUG on that logger: the version no longer matches, Dynamo
+    # cannot drop an enabled log call, so the function runs eagerly (from now
+    # on: a path Trident cannot capture falls back) and logs.
+    log.setLevel(logging.DEBUG)
+    try:
+        with caplog.at_level(logging.DEBUG, logger=log.name):
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                x, w_ = h.rand(5, 4), h.rand(4)
+                h.check(f, _logs_then_computes, x, w_)
+        assert any("FORWARD" in r.getMessage() for r in caplog.records)
+        assert any("runs eagerly" in str(m.message) for m in w)
+        st = trident.stats(f)
+        assert sum(st["hits"]) == hits  # not served by the version
+        assert "logging.Logger method" in st["fallback_reason"]
+    finally:
+        log.setLevel(logging.WARNING)
+    h.check(f, _logs_then_computes, h.rand(5, 4), h.rand(4))
+
+
+def test_log_method_with_constant_level(h):
+    f = trident.jit(_logs_with_log_method)
+    for _ in range(2):
+        h.check(f, _logs_with_log_method, h.rand(7))
+    assert trident.stats(f)["fallbacks"] == 0
+    assert "logger_quiet" in trident.explain(f)
+
+
+def test_rebinding_the_logger_global_is_checked(h):
+    global log
+    f = trident.jit(_logs_then_computes)
+    h.check(f, _logs_then_computes, h.rand(3, 4), h.rand(4))
+    old = log
+    loud = logging.getLogger("trident_test_adapters.loud")
+    loud.setLevel(logging.DEBUG)
+    log = loud
+    try:
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            h.check(f, _logs_then_computes, h.rand(3, 4), h.rand(4))
+        # the version's quiet-logger guard read the new, loud logger
+        st = trident.stats(f)
+        assert st["hits"] == [0] and st["fallbacks"] == 1
+    finally:
+        log = old
+
+
+def _promoting(x, y):
+    from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+    _, dtype = elementwise_dtypes(x, y, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)
+    return torch.empty_like(x, dtype=dtype).copy_(x + y)
+
+
+def test_elementwise_dtypes_is_a_constant_of_the_version(h):
+    # FlagGems' type promotion; each (dtype, scalar type) pair is its own version
+    f = trident.jit(_promoting, strict=True)
+    cases = [(h.rand(4), 2), (h.rand(4, dtype=torch.int64), 2.5),
+             (h.rand(3, dtype=torch.float16), h.rand(3)), (h.rand(4), 3),
+             (h.rand(4, dtype=torch.int64), 1.5), (h.rand(2, dtype=torch.int32), 7)]
+    for x, y in cases + cases:
+        got = h.check(f, _promoting, x, y)
+        assert got.dtype == _promoting(x, y).dtype
+    st = trident.stats(f)
+    assert st["fallbacks"] == 0 and sum(st["hits"]) >= 2
+
+
+def _prod_of_generator(x):
+    import math
+
+    n = math.prod(s * 1 for s in x.shape)
+    m = math.prod(x.shape, start=2)
+    return x.reshape(n) * m
+
+
+def test_math_prod_over_a_generator(h):
+    f = trident.jit(_prod_of_generator, strict=True)
+    for shape in ((2, 3), (4, 5), (2, 3)):
+        h.check(f, _prod_of_generator, h.rand(*shape))
+    assert trident.stats(f)["fallbacks"] == 0

@@ -1,0 +1,308 @@
+"""What Trident teaches Dynamo while it captures: library idioms Dynamo
+refuses but whose meaning is plain.
+
+Each adapter is active only inside `active(state)` (one capture) and
+records in `state.extra_guards` what the version must check at call time,
+so nothing it assumes goes unguarded.
+
+* **Disabled log calls.**  `logger.debug(...)` inside the function (FlagGems
+  logs every operator call) makes Dynamo stop ("logging.Logger method not
+  supported").  When the logger is not enabled for that level at capture,
+  the call has no effect, so the version drops it and guards that the
+  logger at that source is still not enabled for the level
+  (`ir.LoggerQuiet`, checked natively from the logger's own cache).  An
+  enabled logger is left to Dynamo, which refuses: the call falls back to
+  eager and logs as it should.
+* **Kernel-entry wrappers.**  A `triton.KernelInterface` subclass whose
+  `kernel[grid](*args)` means exactly `kernel.fn[grid](*args)` (FlagGems'
+  `LibEntry`, a per-argument-key cache in front of Triton's own) is traced
+  as the kernel it wraps.  The version guards the wrapper's identity and
+  the identity of its `fn` attribute.  Register others with
+  `register_kernel_wrapper(cls, attr)`.
+* **Bare `@triton.heuristics`** (not under `@triton.autotune`): Dynamo only
+  applies heuristics inside an autotuner.  Trident evaluates each heuristic
+  on the traced arguments at the call (constants, as Heuristics.run would
+  compute them) and launches the kernel it wraps with those keyword
+  arguments; a heuristic over a dynamic size makes the capture static.
+* **`torch._prims_common.elementwise_dtypes`** (FlagGems' type promotion) is
+  computed at trace time from the tensors' dtypes and ranks and the scalars'
+  types (all fixed by the version's guards): torch 2.11 otherwise puts it in
+  the graph and fails on its dtype result.
+* **`math.prod` over a generator** (FlagGems' generated wrappers) is traced
+  as the same product in Python; torch 2.11 cannot call the builtin on one.
+* **Tensor-like wrappers passed to kernels** (FlagGems' `StridedBuffer`):
+  traced as a subclass that also carries a tensor with the same data
+  pointer and dtype, which is what the launch receives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from dataclasses import dataclass, field
+
+# Known wrappers: (module, class name) -> the attribute holding the kernel.
+_WRAPPERS: dict = {("flag_gems.utils.libentry", "LibEntry"): "fn"}
+_WRAPPER_TYPES: dict = {}
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+           "warn": logging.WARNING, "error": logging.ERROR, "critical": logging.CRITICAL,
+           "fatal": logging.CRITICAL, "exception": logging.ERROR}
+
+
+def register_kernel_wrapper(cls: type, attr: str = "fn") -> None:
+    """Trace instances of `cls` as the Triton kernel in `instance.<attr>`.
+
+    Only for wrappers whose launch `w[grid](*args, **kw)` is exactly
+    `getattr(w, attr)[grid](*args, **kw)`."""
+    _WRAPPER_TYPES[cls] = attr
+
+
+def _wrapped_attr(value):
+    t = type(value)
+    attr = _WRAPPER_TYPES.get(t)
+    if attr is None:
+        attr = _WRAPPERS.get((t.__module__, t.__name__))
+    return attr
+
+
+# Tensor-like wrapper classes -> a traceable subclass factory (see _strided_buffer).
+_TENSOR_WRAPPERS: dict = {("flag_gems.utils.tensor_wrapper", "StridedBuffer"):
+                          "_strided_buffer"}
+_POLYFILLS: dict = {}
+
+
+def _polyfill_for(value):
+    if not isinstance(value, type):
+        return None
+    if value in _POLYFILLS:
+        return _POLYFILLS[value]
+    maker = _TENSOR_WRAPPERS.get((value.__module__, value.__name__))
+    if maker is None:
+        return None
+    cls = globals()[maker](value)
+    _POLYFILLS[value] = cls
+    return cls
+
+
+def _strided_buffer(real: type) -> type:
+    """FlagGems' StridedBuffer reinterprets a tensor (shape, strides, dtype,
+    element offset) and is passed to Triton kernels, which read only its
+    `data_ptr()` and `dtype`.  Dynamo cannot pass such an object to a
+    kernel, so while tracing the class is this subclass: the same attributes
+    and methods, plus `_trident_arg`, a tensor with the same data pointer and
+    dtype that the launch receives instead (the wrapper's shape and strides
+    reach the kernel as separate integer arguments)."""
+    import torch
+
+    class TracedStridedBuffer(real):
+        def __init__(self, base, shape=None, strides=None, dtype=None, offset=0):
+            self._base = base
+            self.dtype = dtype or base.dtype
+            self.offset = offset
+            self.shape = tuple(shape if shape is not None else base.shape)
+            self._strides = tuple(strides if strides is not None else base.stride())
+            self.device = base.device
+            self.ndim = len(self.shape)
+            if self.dtype.itemsize != base.dtype.itemsize:
+                raise NotImplementedError("StridedBuffer with a dtype of another size")
+            t = base if self.dtype == base.dtype else base.view(self.dtype)
+            if offset != 0:
+                t = torch.as_strided(t, (1,), (1,), t.storage_offset() + offset)
+            self._trident_arg = t
+
+    TracedStridedBuffer.__qualname__ = TracedStridedBuffer.__name__ = real.__name__
+    return TracedStridedBuffer
+
+
+@dataclass
+class State:
+    extra_guards: list = field(default_factory=list)  # ("logger_quiet", source, level)
+
+
+@contextlib.contextmanager
+def active(state: State):
+    from torch._dynamo.variables import builder as B
+    from torch._dynamo.variables import misc as M
+
+    from torch._dynamo.variables import functions as FN
+
+    orig_wrap = B.VariableBuilder._wrap
+    orig_log = M.LoggingLoggerVariable.call_method
+    hop = FN.DynamoTritonHOPifier
+    orig_call = hop.call_triton_kernel
+
+    def _wrap(self, value):
+        attr = _wrapped_attr(value)
+        if attr is not None and self.source is not None:
+            return _wrap_kernel_entry(self, value, attr)
+        poly = _polyfill_for(value)
+        if poly is not None and self.source is not None:
+            from torch._dynamo.guards import GuardBuilder
+            from torch._dynamo.variables.user_defined import UserDefinedClassVariable
+
+            self.install_guards(GuardBuilder.ID_MATCH)  # on the real class
+            return UserDefinedClassVariable(poly)
+        if value is math.prod and self.source is not None:
+            # torch 2.11 cannot pass a generator to the builtin; the same
+            # product as Python code traces (FlagGems' generated wrappers).
+            from torch._dynamo.guards import GuardBuilder
+            from torch._dynamo.variables.functions import UserFunctionVariable
+
+            self.install_guards(GuardBuilder.ID_MATCH)
+            return UserFunctionVariable(_prod)
+        if value is _elementwise_dtypes() and self.source is not None:
+            # torch 2.11 puts this dtype computation in the graph and then
+            # cannot index its (dtype) result; its Python body traces fine.
+            from torch._dynamo.guards import GuardBuilder
+            from torch._dynamo.variables.misc import LambdaVariable
+
+            self.install_guards(GuardBuilder.ID_MATCH)
+            return LambdaVariable(_traced_elementwise_dtypes)
+        try:
+            from triton.runtime.autotuner import Heuristics
+        except ImportError:
+            Heuristics = ()
+        if isinstance(value, Heuristics) and self.source is not None:
+            return _wrap_kernel_entry(self, value, None)
+        return orig_wrap(self, value)
+
+    def call_triton_kernel(self, variable, args, kwargs, tx):
+        args = [_as_kernel_arg(tx, a) for a in args]
+        kwargs = {k: _as_kernel_arg(tx, v) for k, v in kwargs.items()}
+        variable, kwargs = _apply_heuristics(self, variable, args, kwargs, tx)
+        return orig_call(self, variable, args, kwargs, tx)
+
+    def call_method(self, tx, name, args, kwargs):
+        level = _LEVELS.get(name)
+        lg = self.value
+        if level is None and name == "log" and args and args[0].is_python_constant():
+            lv = args[0].as_python_constant()
+            level = lv if isinstance(lv, int) else None
+        if (level is not None and self.source is not None and not tx.export
+                and type(lg).isEnabledFor is logging.Logger.isEnabledFor
+                and not lg.isEnabledFor(level)):
+            from torch._dynamo.variables import ConstantVariable
+
+            state.extra_guards.append(("logger_quiet", self.source, level))
+            return ConstantVariable.create(None)
+        return orig_log(self, tx, name, args, kwargs)
+
+    B.VariableBuilder._wrap = _wrap
+    M.LoggingLoggerVariable.call_method = call_method
+    hop.call_triton_kernel = call_triton_kernel
+    try:
+        yield state
+    finally:
+        B.VariableBuilder._wrap = orig_wrap
+        M.LoggingLoggerVariable.call_method = orig_log
+        hop.call_triton_kernel = orig_call
+
+
+def _prod(iterable, **kw):
+    """math.prod, as Python (traced by Dynamo).  No parameter defaults: the
+    traced function stands at math.prod's source, whose defaults Dynamo
+    would otherwise guard."""
+    out = kw["start"] if "start" in kw else 1
+    for v in iterable:
+        out = out * v
+    return out
+
+
+def _elementwise_dtypes():
+    from torch._prims_common import elementwise_dtypes
+
+    return elementwise_dtypes
+
+
+def _traced_elementwise_dtypes(*args, **kwargs):
+    """`elementwise_dtypes` at trace time.  Its result depends only on each
+    tensor's dtype and rank and each scalar's Python type, all of which the
+    version's guards fix (TENSOR_MATCH, constants, the type of a dynamic
+    scalar), so it is a constant of the version."""
+    from torch._dynamo.variables import ConstantVariable
+
+    def standin(v):
+        if v.is_python_constant():
+            return v.as_python_constant()
+        proxy = getattr(v, "as_proxy", None)
+        if proxy is not None:
+            ex = proxy().node.meta.get("example_value")
+            if isinstance(ex, torch.Tensor):
+                return ex
+        t = v.python_type()
+        if t in (bool, int, float, complex):
+            return t(1)
+        raise NotImplementedError(f"elementwise_dtypes of {t.__name__}")
+
+    import torch
+    from torch._prims_common import elementwise_dtypes
+
+    res = elementwise_dtypes(*[standin(a) for a in args],
+                             **{k: standin(v) for k, v in kwargs.items()})
+    from torch._dynamo.variables import TupleVariable
+
+    return TupleVariable([ConstantVariable.create(d) for d in res])
+
+
+def _as_kernel_arg(tx, v):
+    """A traced tensor-like wrapper passed to a kernel -> its tensor."""
+    try:
+        t = v.python_type()
+    except Exception:  # noqa: BLE001 - not every variable knows its type
+        return v
+    if isinstance(t, type) and t in _POLYFILLS.values():
+        return v.var_getattr(tx, "_trident_arg")
+    return v
+
+
+def _apply_heuristics(hopifier, variable, args, kwargs, tx):
+    """`@triton.heuristics` not under an autotuner: evaluate each heuristic on
+    the call's (named) arguments as Heuristics.run does, pass the results as
+    keyword arguments, and launch the kernel it wraps."""
+    try:
+        from triton.runtime.autotuner import Heuristics
+    except ImportError:
+        return variable, kwargs
+    k = variable.kernel
+    if not isinstance(k, Heuristics):
+        return variable, kwargs
+    from torch._dynamo.variables import ConstantVariable
+
+    kwargs = dict(kwargs)
+    named = dict(zip(k.arg_names, args))
+    while isinstance(k, Heuristics):
+        for name, fn in k.values.items():
+            res = hopifier.call_user_defined_fn(fn, [{**named, **kwargs}], {}, tx, variable)
+            kwargs[name] = ConstantVariable.create(hopifier.maybe_unpack_heuristic_result(res))
+        k = k.fn
+    new = type(variable)(k, None, variable.grid, source=getattr(variable, "source", None))
+    return new, kwargs
+
+
+def _wrap_kernel_entry(builder, value, attr):
+    from torch._dynamo.guards import GuardBuilder
+    from torch._dynamo.source import AttrSource
+    from torch._dynamo.variables.functions import TritonKernelVariable
+
+    builder.install_guards(GuardBuilder.ID_MATCH)
+    if attr is None:  # the kernel object itself (a bare @triton.heuristics)
+        inner = value
+    else:
+        inner = getattr(value, attr)
+        builder.tx.output.guards.add(AttrSource(builder.source, attr).make_guard(
+            GuardBuilder.ID_MATCH))
+    if _is_bare_heuristics(inner):
+        # TritonKernelVariable accepts it; the heuristics are applied at the
+        # call (_apply_heuristics).
+        pass
+    return TritonKernelVariable(inner, None, None, source=builder.source)
+
+
+def _is_bare_heuristics(k) -> bool:
+    try:
+        from triton.runtime.autotuner import Heuristics
+    except ImportError:
+        return False
+    return isinstance(k, Heuristics)
