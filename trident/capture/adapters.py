@@ -28,6 +28,9 @@ so nothing it assumes goes unguarded.
   computed at trace time from the tensors' dtypes and ranks and the scalars'
   types (all fixed by the version's guards): torch 2.11 otherwise puts it in
   the graph and fails on its dtype result.
+* **Grids longer than three** (`kernel[(M, n, 1, 1)]`): Triton's launcher
+  uses the first three entries and ignores the rest; Dynamo refuses them, so
+  the capture keeps the first three.
 * **`math.prod` over a generator** (FlagGems' generated wrappers) is traced
   as the same product in Python; torch 2.11 cannot call the builtin on one.
 * **Tensor-like wrappers passed to kernels** (FlagGems' `StridedBuffer`):
@@ -132,6 +135,15 @@ def active(state: State):
     orig_log = M.LoggingLoggerVariable.call_method
     hop = FN.DynamoTritonHOPifier
     orig_call = hop.call_triton_kernel
+    orig_check_grid = hop.check_grid
+
+    def check_grid(self, grid):
+        # Triton's launcher reads grid[0:3] and ignores the rest (FlagGems
+        # passes (M, n, 1, 1)); Dynamo refuses a grid of rank > 3.
+        g = orig_check_grid(self, grid)
+        if isinstance(g, tuple) and len(g) > 3:
+            g = g[:3]
+        return g
 
     def _wrap(self, value):
         attr = _wrapped_attr(value)
@@ -192,9 +204,11 @@ def active(state: State):
     B.VariableBuilder._wrap = _wrap
     M.LoggingLoggerVariable.call_method = call_method
     hop.call_triton_kernel = call_triton_kernel
+    hop.check_grid = check_grid
     try:
         yield state
     finally:
+        hop.check_grid = orig_check_grid
         B.VariableBuilder._wrap = orig_wrap
         M.LoggingLoggerVariable.call_method = orig_log
         hop.call_triton_kernel = orig_call
