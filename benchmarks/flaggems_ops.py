@@ -13,12 +13,22 @@ Each operator is the body of a function `def f(*args): return <fn>(*args)`, wher
   eager            f itself: FlagGems' Python wrapper, then its Triton kernel
   compile          torch.compile(f) (graph breaks allowed)
   compile_cpp      torch.compile(f, options={"cpp_wrapper": True})
-  compile_noguard  torch.compile(f); after the cold call and two untimed warm-up calls, the
-                   warm calls run under
+  compile_noguard  torch.compile(f); per shape, the cold call, then untimed calls under the
+                   default stance until one of them compiles no frame (every frame of that
+                   shape, graph-break resume functions included, then has its cache entry),
+                   then the timed calls under
                    torch.compiler.set_stance("default", skip_guard_eval_unsafe=True).
-                   (In torch 2.13 any graph break makes that stance raise "Recompilation
-                   triggered with skip_guard_eval_unsafe stance" on every call; it is
-                   recorded as a failure.)
+                   A cache entry whose guards include no tensor guard and no guard that ever
+                   failed (typically the frame of a FlagGems wrapper, which graph-breaks at
+                   its `logger.debug(...)` before touching a tensor) has no "diff guard"
+                   manager in torch 2.11/2.13 (`clone_manager` of an empty source set is None),
+                   and the stance's C lookup treats that as a miss and raises "Recompilation
+                   triggered with skip_guard_eval_unsafe stance" however long the warm-up.
+                   Before the timed calls such entries get an empty diff-guard manager: no
+                   differentiating guard to run, which is the stance's documented meaning
+                   (`--noguard-raw` leaves them as torch built them).  A shape on which the
+                   stance still raises is recorded as failed, with the reason, and the next
+                   shape runs.
   trident          trident.jit(f, strict=False)
 
 Method (the paper's section 4.2): per shape, 30 consecutive calls, each on its own preallocated
@@ -50,6 +60,7 @@ import faulthandler
 import importlib
 import inspect
 import json
+import logging
 import math
 import os
 import platform
@@ -76,7 +87,9 @@ T0 = time.monotonic()
 MODES = ("torch", "eager", "compile", "compile_cpp", "compile_noguard", "trident")
 RUN_ORDER = ("eager", "torch", "trident", "compile", "compile_noguard", "compile_cpp")
 COMPILE_MODES = ("compile", "compile_cpp", "compile_noguard")
-NOGUARD_WARMUP = 2  # untimed calls after the cold one, before the skip-guards stance
+# compile_noguard: untimed calls under the default stance after the cold one, before the
+# skip-guards stance: at least MIN, then until a call compiles no frame, at most MAX.
+NOGUARD_WARMUP_MIN, NOGUARD_WARMUP_MAX = 2, 8
 MODE_LABEL = {"torch": "PyTorch op", "eager": "FlagGems eager", "compile": "torch.compile",
               "compile_cpp": "compile cpp_wrapper", "compile_noguard": "compile skip-guards",
               "trident": "Trident"}
@@ -288,8 +301,17 @@ def _flaggems_version() -> str:
 
 
 # Stand-ins for FlagGems' wrappers: argument checks, a little shape arithmetic, then ATen.
+# Like FlagGems' (`logger.debug("GEMS ADD")` first in every wrapper, another one in the middle
+# of mm's `general_mm`), the pointwise stubs and mm/addmm call a logger that is not enabled:
+# for torch.compile each such call is a graph break (Trident drops it under a guard).
+STUB_LOG = logging.getLogger("flaggems_ops.stub")
+
+
 def _stub_pointwise(aten):
+    tag = f"STUB {aten.__name__.upper()}"
+
     def wrapper(*args):
+        STUB_LOG.debug(tag)
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         # (`assert tensors` on a list makes Dynamo 2.13 fail: "scalar_tensor(): argument 's'
         # must be Number, not immutable_list".)
@@ -329,11 +351,15 @@ def _stub_sort(inp, dim=-1, descending=False):
 
 
 def _stub_mm(a, b):
+    STUB_LOG.debug("STUB MM")
     assert a.shape[1] == b.shape[0], "incompatible dimensions"
+    m, n = a.shape[0], b.shape[1]
+    STUB_LOG.debug("STUB MM, [shape info]: [%s, %s, %s]", m, a.shape[1], n)
     return torch.mm(a, b)
 
 
 def _stub_addmm(bias, mat1, mat2, *, beta=1, alpha=1):
+    STUB_LOG.debug("STUB ADDMM")
     assert mat1.shape[1] == mat2.shape[0], "Incompatible dimensions"
     return torch.addmm(bias, mat1, mat2, beta=beta, alpha=alpha)
 
@@ -460,12 +486,13 @@ def iqr_mean(xs: list) -> float:
     return statistics.fmean([x for x in xs if lo <= x <= hi])
 
 
-def timed_series(fn, inputs, sync, warm_ctx, untimed=()):
-    """Call fn on each input set in turn; the first call is the cold one.  `untimed` input
-    sets are called after it, outside `warm_ctx` and outside the record (compile_noguard's
-    warm-up before the stance).
+def timed_series(fn, inputs, sync, warm_ctx, prepare=None):
+    """Call fn on each input set in turn; the first call is the cold one.  `prepare()`, when
+    given, runs after the cold call and before the warm ones, outside `warm_ctx` and outside
+    the record (compile_noguard's warm-up under the default stance); its result is returned.
 
-    Returns host and end-to-end latencies (us) per call and the first and last outputs."""
+    Returns host and end-to-end latencies (us) per call, the first and last outputs and
+    prepare's result."""
     host, e2e = [], []
     first = last = None
     sync()
@@ -481,13 +508,77 @@ def timed_series(fn, inputs, sync, warm_ctx, untimed=()):
         return out
 
     first = one(inputs[0])
-    for args in untimed:
-        fn(*args)
+    info = prepare() if prepare is not None else None
     sync()
     with warm_ctx():
         for args in inputs[1:]:
             last = one(args)
-    return host, e2e, first, last
+    return host, e2e, first, last, info
+
+
+def _frames_converted() -> int:
+    """Frames Dynamo's callback has converted so far (its callback runs on a cache miss only)."""
+    from torch._dynamo.utils import counters
+    return int(counters["frames"]["total"])
+
+
+def _graph_breaks() -> int:
+    from torch._dynamo.utils import counters
+    return int(sum(counters["graph_break"].values()))
+
+
+def fill_empty_diff_guards() -> tuple[int, int]:
+    """Give every live Dynamo cache entry whose diff-guard manager is None an empty one.
+
+    Under `skip_guard_eval_unsafe` the lookup (torch/csrc/dynamo/extra_state.cpp,
+    `lookup_in_list`) runs only `diff_guard_root_mgr`, or takes the entry when that manager
+    has no guards.  `GuardManagerWrapper.populate_diff_guard_manager` (torch/_dynamo/guards.py)
+    builds it with `clone_manager` over the sources of TENSOR_MATCH guards and of guards that
+    have failed; with none of them the clone is None, and the lookup then falls back to "the
+    full root has no guards?" (no: it has the global-state guards at least) and runs a null
+    manager (false): a miss, and the stance raises.  An empty manager is what the stance means
+    for such an entry: nothing differentiates it from another entry of its frame.
+    Deleted (invalidated) entries are left alone.  Returns (entries filled, entries seen)."""
+    from torch._C._dynamo.guards import RootGuardManager
+    from torch._dynamo import convert_frame
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+    try:
+        from torch._dynamo.guards import DeletedGuardManagerWrapper
+    except ImportError:  # older torch
+        DeletedGuardManagerWrapper = ()
+    filled = seen = 0
+    for ref in list(getattr(convert_frame.input_codes, "seen", ())):
+        code = ref()
+        if code is None:
+            continue
+        for entry in _debug_get_cache_entry_list(code):
+            seen += 1
+            gm = entry.guard_manager
+            if (DeletedGuardManagerWrapper and isinstance(gm, DeletedGuardManagerWrapper)) \
+                    or not hasattr(gm, "diff_guard_root") or gm.diff_guard_root is not None:
+                continue
+            gm.diff_guard_root = RootGuardManager()
+            entry.update_diff_guard_root_manager()
+            filled += 1
+    return filled, seen
+
+
+def noguard_warmup(fn, make_args, fill: bool) -> dict:
+    """compile_noguard's warm-up for one shape, after its cold call, under the default stance:
+    at least NOGUARD_WARMUP_MIN calls, then until a call makes Dynamo convert no frame (every
+    frame this shape reaches, graph-break resume functions included, has a cache entry that
+    its guards accept), at most NOGUARD_WARMUP_MAX.  Then fill_empty_diff_guards()."""
+    calls, stable = 0, False
+    while calls < NOGUARD_WARMUP_MAX:
+        before = _frames_converted()
+        fn(*make_args())
+        calls += 1
+        if calls >= NOGUARD_WARMUP_MIN and _frames_converted() == before:
+            stable = True
+            break
+    filled, seen = fill_empty_diff_guards() if fill else (0, 0)
+    return {"warmup_calls": calls, "stable": stable, "diff_guards_filled": filled,
+            "cache_entries": seen}
 
 
 # --------------------------------------------------------------------------- modes
@@ -604,6 +695,7 @@ def run_op_mode(run: Run, op: Op, mode: str) -> dict:
     shapes = op.shapes[:run.args.shapes]
     tf = None
     error = None
+    breaks0 = _graph_breaks()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -612,11 +704,26 @@ def run_op_mode(run: Run, op: Op, mode: str) -> dict:
                 if run.left() <= 0:
                     rec["detail"] = f"time budget: stopped after {si} of {len(shapes)} shapes"
                     break
-                rec["shapes"].append(run_shape(run, op, mode, si, s, fn, warm_ctx))
+                r = run_shape(run, op, mode, si, s, fn, warm_ctx)
+                if "failed" in r:
+                    rec.setdefault("failed_shapes", []).append(r)
+                else:
+                    rec["shapes"].append(r)
         except Exception as e:  # noqa: BLE001 - recorded, the run goes on
             error = f"{type(e).__name__}: {e}".strip()
             rec["status"], rec["detail"] = "fail", error[:2000]
             rec["traceback"] = traceback.format_exc()[-4000:]
+    if mode in COMPILE_MODES:
+        rec["graph_breaks"] = _graph_breaks() - breaks0
+    bad = rec.get("failed_shapes")
+    if bad and rec["status"] == "ok":
+        why = (f"skip-guards stance raised on {', '.join(b['shape'] for b in bad)}: "
+               f"{bad[0]['failed']}")
+        if rec["shapes"]:
+            rec["detail"] = (rec["detail"] + "; " if rec["detail"] else "") + why
+        else:
+            rec["status"], rec["detail"] = "fail", why
+            rec["traceback"] = bad[0]["traceback"]
     if mode == "trident":
         rec["trident"] = trident_status(tf, caught, error)
     rec["warnings"] = sorted({f"{w.category.__name__}: {w.message}"[:500] for w in caught})[:20]
@@ -629,8 +736,19 @@ def run_shape(run: Run, op: Op, mode: str, si: int, s, fn, warm_ctx) -> dict:
     gen.manual_seed(1000 * OPS.index(op) + si)
     base = op.make(s, dtype, run.device, gen)
     inputs = [clone_args(base) for _ in range(run.args.iters)]
-    untimed = [clone_args(base) for _ in range(NOGUARD_WARMUP if mode == "compile_noguard" else 0)]
-    host, e2e, first, last = timed_series(fn, inputs, run.sync, warm_ctx, untimed)
+    prepare = None
+    if mode == "compile_noguard":
+        def prepare():
+            return noguard_warmup(fn, lambda: clone_args(base), fill=not run.args.noguard_raw)
+    try:
+        host, e2e, first, last, info = timed_series(fn, inputs, run.sync, warm_ctx, prepare)
+    except RuntimeError as e:
+        if mode != "compile_noguard" or "skip_guard_eval_unsafe" not in str(e):
+            raise
+        # The stance met a frame none of whose cache entries its diff guards accept: this
+        # shape failed; the next one runs (its cold call compiles under the default stance).
+        return {"shape": shape_label(op, s), "failed": " ".join(str(e).split())[:300],
+                "traceback": traceback.format_exc()[-3000:]}
     if mode == "eager":
         run.refs[(op.name, si)] = first
     ref = run.refs.get((op.name, si))
@@ -649,7 +767,8 @@ def run_shape(run: Run, op: Op, mode: str, si: int, s, fn, warm_ctx) -> dict:
             "warm_host_us": iqr_mean(warm_h), "warm_e2e_us": iqr_mean(warm_e),
             "warm_host_median_us": statistics.median(warm_h),
             "warm_e2e_median_us": statistics.median(warm_e),
-            "check": chk, "host_us": host, "e2e_us": e2e}
+            "check": chk, "host_us": host, "e2e_us": e2e,
+            **({"noguard": info} if info is not None else {})}
 
 
 # --------------------------------------------------------------------------- report
@@ -682,7 +801,7 @@ def mode_cell(run: Run, op: str, mode: str) -> str:
     bad = [f"{r['shape']}: {r['check']}" for r in rec["shapes"] if r["check"] != "ok"]
     s = "ok" if not bad else "; ".join(_short(b, 120) for b in bad[:2])
     if rec["detail"]:
-        s += f" ({rec['detail']})"
+        s += f" ({_short(rec['detail'], 200)})"
     return s
 
 
@@ -731,6 +850,36 @@ def summarize(run: Run, modes: list) -> dict:
     return out
 
 
+def compile_section(run: Run, cms: list) -> list:
+    """Graph breaks per compile mode, and compile_noguard's warm-up per shape."""
+    ng = "compile_noguard" in cms
+    what = ("Graph breaks: Dynamo's graph-break count over all shapes of the mode. Skip-guards: "
+            "per shape, untimed calls under the default stance after the cold one (* = the last "
+            "one still compiled a frame), and the cache entries that had no diff-guard manager "
+            "and got an empty one (of all live entries), then the timed calls under "
+            "`skip_guard_eval_unsafe`; a shape on which the stance raised is listed as failed.")
+    head = "| op | " + " | ".join(f"graph breaks, {MODE_LABEL[m]}" for m in cms) + (
+        " | skip-guards: warm-up calls; diff guards filled/entries | skip-guards failed shapes |"
+        if ng else " |")
+    L = ["## torch.compile: graph breaks, skip-guards warm-up", "", what, "", head,
+         "|---|" + "---:|" * len(cms) + ("---|---|" if ng else "")]
+    for o in run.results:
+        cells = []
+        for m in cms:
+            rec = run.results[o].get(m) or {}
+            cells.append(str(rec.get("graph_breaks", "-")))
+        if ng:
+            rec = run.results[o].get("compile_noguard") or {}
+            ng = [r["noguard"] for r in rec.get("shapes", []) if "noguard" in r]
+            cells.append(", ".join(f"{g['warmup_calls']}{'' if g['stable'] else '*'}; "
+                                   f"{g['diff_guards_filled']}/{g['cache_entries']}"
+                                   for g in ng) or "-")
+            cells.append("; ".join(f"{b['shape']}: {_short(b['failed'], 80)}"
+                                   for b in rec.get("failed_shapes", [])) or "-")
+        L.append(f"| {o} | " + " | ".join(cells) + " |")
+    return L + [""]
+
+
 def report(run: Run, modes: list, meta: dict) -> tuple[str, dict]:
     ops = list(run.results)
     cms = [m for m in COMPILE_MODES if m in modes]
@@ -745,6 +894,15 @@ def report(run: Run, modes: list, meta: dict) -> tuple[str, dict]:
              "Trident is faster than X. All calls under torch.no_grad(). Cold latencies "
              "also depend on the on-disk caches (Triton, Inductor's FX graph cache, Trident's "
              "SCM builds), which a fresh machine does not have.")
+    if "compile_noguard" in modes:
+        L.append("- compile skip-guards: per shape, the cold call, untimed calls under the default "
+                 "stance until one compiles no frame, then the timed calls under "
+                 "`set_stance(skip_guard_eval_unsafe=True)`"
+                 + ("; cache entries without a diff-guard manager left as torch built them "
+                    "(`--noguard-raw`)" if run.args.noguard_raw else
+                    "; cache entries that torch left without a diff-guard manager (no tensor "
+                    "guard, no failed guard: the stance could never hit them) get an empty one "
+                    "before the timed calls"))
     L.append("")
     if run.stopped:
         L += [f"**Run stopped early: {run.stopped}.**", ""]
@@ -776,6 +934,9 @@ def report(run: Run, modes: list, meta: dict) -> tuple[str, dict]:
         L.append(f"| {o} | {shapes} {str(op.dtype).replace('torch.', '')}; {op.what} | "
                  f"{trident_cell(run, o)} | {others or 'all ok'} |")
     L.append("")
+
+    if cms:
+        L += compile_section(run, cms)
 
     L += ["## Trident speedup (X / Trident, mean of per-shape ratios)", ""]
     cols = ["eager"] + cms
@@ -836,6 +997,8 @@ def plot(run: Run, modes: list, path: Path, title: str) -> str | None:
     ops = [o for o in run.results if per_shape(run, o, "eager")]
     shown = [m for m in ("compile", "compile_cpp", "compile_noguard", "trident", "torch")
              if m in modes]
+    if not shown or not ops:
+        return "no plot: no mode to compare with eager"
     colors = {"compile": "#9ecae1", "compile_cpp": "#4292c6", "compile_noguard": "#08519c",
               "trident": "#e6550d", "torch": "#bdbdbd"}
     fig, axes = plt.subplots(2, 1, figsize=(max(10, 0.75 * len(ops) + 3), 8.5))
@@ -913,6 +1076,9 @@ def parse_args(argv=None):
     ap.add_argument("--device", default=None, help="cuda (default when present) or cpu")
     ap.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--threads", type=int, default=1, help="intra-op threads on CPU")
+    ap.add_argument("--noguard-raw", action="store_true",
+                    help="compile_noguard: leave cache entries without a diff-guard manager as "
+                         "torch built them (the skip-guards stance then misses on them)")
     ap.add_argument("--tag", default=None, help="file name tag (default: provider/GPU)")
     ap.add_argument("--date", default=os.environ.get("BENCH_DATE", str(_dt.date.today())))
     a = ap.parse_args(argv)

@@ -33,19 +33,31 @@ rewritten after every mode so a run cut short keeps what it measured.
 
 Providers: `flaggems` (CUDA; FlagGems' wrappers) and `stub` (CPU; stand-in "Triton operators":
 plain Python host code around ATen out= operators, registered for the CPU dispatch key).
+`--mm hopper` (default) serves aten::mm with the function `flag_gems.only_enable` registers, which
+on an H200 is FlagGems' Hopper mm (host-side TMA tensor descriptors, 162 autotune configs with a
+pre_hook); `--mm generic` with `flag_gems.ops.mm.mm` (pointer kernel, 22 configs). Either choice
+applies to every mode alike.
+
+A mode that raises prints first one line `MODE FAILED: <type>: <message>`, then the last 25 lines
+of the traceback; the failure goes into the report and the next mode runs. SIGTERM (a `timeout`)
+and Ctrl-C end the mode in progress the same way, then the report is written and the run stops.
+`--max-versions N` gives Trident's `max_versions` and Dynamo's recompile limit the same value.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import faulthandler
 import math
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
 import time
+import traceback
 import warnings
 from dataclasses import dataclass, field
 
@@ -81,8 +93,11 @@ class Provider:
     ops: dict  # ATen op name -> plain Python wrapper (what each mode wraps)
 
 
-def flaggems_provider() -> Provider:
-    """FlagGems' own wrappers: the functions `flag_gems.only_enable` would register."""
+def flaggems_provider(mm: str = "hopper") -> Provider:
+    """FlagGems' own wrappers: the functions `flag_gems.only_enable` would register.
+
+    `mm="generic"` takes `flag_gems.ops.mm.mm` for aten::mm instead of the registered one (on
+    Hopper GPUs FlagGems' `runtime.replace_customized_ops` puts `hopper.ops.mm.mm` there)."""
     import importlib
 
     import flag_gems
@@ -91,6 +106,8 @@ def flaggems_provider() -> Provider:
     for item in getattr(flag_gems, "_FULL_CONFIG", ()):
         if item and item[0] in OPS and (len(item) < 3 or item[2]()):
             table[item[0]] = item[1]
+    if mm == "generic":
+        table.pop("mm", None)
     ops = {}
     for op in OPS:
         # `flag_gems.ops.mm` is the function (ops/__init__ rebinds it); the module is in sys.modules.
@@ -265,11 +282,11 @@ def timing_shim(cand, base, rec: OpTiming):
     return shim
 
 
-def make_wrapper(mode: str, fn, dynamic):
+def make_wrapper(mode: str, fn, dynamic, max_versions=None):
     if mode == "eager":
         return fn
     if mode == "trident":
-        return trident.jit(fn, dynamic=dynamic)
+        return trident.jit(fn, dynamic=dynamic, max_versions=max_versions)
     if mode == "compile":
         return torch.compile(fn, dynamic=dynamic)
     if mode == "compile_cpp":
@@ -498,6 +515,8 @@ class ModeRun:
     explain: dict = field(default_factory=dict)  # op -> trident.explain text
     dynamo: str = ""  # torch.compile modes: graphs and graph breaks during warm-up
     note: str = ""
+    error: str = ""  # "ExcType: message" when the mode failed
+    error_tb: str = ""  # the last lines of its traceback
     seconds: float = 0.0
 
 
@@ -508,16 +527,10 @@ def run_mode(mode, name, model, prov: Provider, a, prompts, deadline) -> ModeRun
     vocab = model.config.vocab_size
     t_start = time.perf_counter()
     wrappers = {}
-    if mode != "torch":
-        if mode.startswith("compile"):
-            warm_compiler(prov.device)
-            torch._dynamo.utils.counters.clear()
-        for op, fn in prov.ops.items():
-            wrappers[op] = make_wrapper(mode, fn, a.dynamic)
-            run.timings[op] = OpTiming()
-            reg.set(op, timing_shim(wrappers[op], fn, run.timings[op]))
 
     def request(set_name, i):
+        if STOP:  # a signal whose exception something swallowed (e.g. a weakref callback)
+            raise Terminated(STOP[0])
         if time.time() > deadline:
             raise OutOfTime
         ids = token_ids(PROMPT_SETS[set_name][i], vocab)
@@ -525,6 +538,14 @@ def run_mode(mode, name, model, prov: Provider, a, prompts, deadline) -> ModeRun
         return Request(set_name, i, len(ids), toks, ttft, itl, total)
 
     try:
+        if mode != "torch":
+            if mode.startswith("compile"):
+                warm_compiler(prov.device)
+                torch._dynamo.utils.counters.clear()
+            for op, fn in prov.ops.items():
+                wrappers[op] = make_wrapper(mode, fn, a.dynamic, a.max_versions)
+                run.timings[op] = OpTiming()
+                reg.set(op, timing_shim(wrappers[op], fn, run.timings[op]))
         # Warm-up: prompts of every set in turn. The filter's samples come from the second half
         # (captures and compiles happen in the first), or from all when there is one request.
         order = [
@@ -563,18 +584,50 @@ def run_mode(mode, name, model, prov: Provider, a, prompts, deadline) -> ModeRun
     except OutOfTime:
         run.note = "stopped: time budget"
         say(f"!! {name}/{mode}: time budget exhausted, stopping")
-    except Exception as e:  # noqa: BLE001  (one failing mode must not lose the others)
-        import traceback
-
-        traceback.print_exc()
-        run.note = f"error: {type(e).__name__}: {str(e)[:200]}".replace("|", "/").replace("\n", " ")
-        say(f"!! {name}/{mode}: {run.note}")
+    except (Exception, Terminated, KeyboardInterrupt) as e:  # noqa: BLE001  (one failing mode
+        # must not lose the others; a signal ends this mode with a report, then the run stops)
+        mode_failed(run, e)
+        for op, w in wrappers.items():  # what each Trident wrapper had done by then
+            if mode == "trident":
+                try:
+                    run.trident[op] = trident_status(w)
+                    say(f"   trident {name} {op}: {run.trident[op]}")
+                except Exception as e2:  # noqa: BLE001
+                    run.trident[op] = f"stats failed: {type(e2).__name__}: {e2}"
     finally:
         reg.clear()
         if mode.startswith("compile"):
             torch._dynamo.reset()
     run.seconds = time.perf_counter() - t_start
     return run
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived (e.g. from `timeout`).  A BaseException, so that no `except Exception`
+    on the way (Trident's and Dynamo's fallback paths) turns it into a fallback."""
+
+
+STOP: list = []  # set when a signal ended a mode: main() runs no further mode
+
+
+def _on_sigterm(signum, frame):
+    STOP.append(f"signal {signum}")
+    raise Terminated(f"signal {signum} (SIGTERM: a timeout?)")
+
+
+def mode_failed(run: ModeRun, e: BaseException, tb_lines: int = 25) -> None:
+    """First one line saying what failed, then the end of the traceback (output tails get cut
+    from the front, so the type and message come first and the innermost frames last)."""
+    if isinstance(e, (Terminated, KeyboardInterrupt)):
+        STOP.append(type(e).__name__)
+    msg = " ".join(str(e).split())
+    run.error = f"{type(e).__name__}: {msg[:500]}"
+    say(f"MODE FAILED: {run.model}/{run.mode}: {run.error}")
+    # (without Python's ^^^ position markers, which would halve what 25 lines show)
+    tb = [x for x in traceback.format_exc().rstrip("\n").split("\n") if x.strip(" ^~")]
+    run.error_tb = "\n".join(tb[-tb_lines:])
+    say(run.error_tb)
+    run.note = f"error: {type(e).__name__}: {msg[:200]}".replace("|", "/")
 
 
 def dynamo_summary() -> str:
@@ -658,6 +711,8 @@ def versions(prov: Provider) -> str:
 
 
 def commit() -> str:
+    if os.environ.get("BENCH_COMMIT"):
+        return os.environ["BENCH_COMMIT"]
     r = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"],
         capture_output=True,
@@ -685,7 +740,12 @@ def write_report(runs, prov, a, path_md, layers_of, elapsed) -> None:
         "",
         f"- date: {datetime.date.today()} ; commit: {commit()} ; machine: {machine(prov)}",
         f"- {versions(prov)}",
-        f"- provider: {prov.name} ({origins}), dispatch key {prov.dispatch_key}",
+        f"- provider: {prov.name} ({origins}), dispatch key {prov.dispatch_key}"
+        + (f" ; --mm {a.mm}" if prov.name == "flaggems" else ""),
+        "- recompile limits: "
+        + (f"Trident max_versions and Dynamo recompile_limit {a.max_versions}"
+           if a.max_versions else "each tool's default (Trident 16 versions, Dynamo's "
+                                  "recompile_limit)"),
         "- models: "
         + ", ".join(f"{m} {layers_of[m]} layer(s) of {PUBLISHED_LAYERS[m]}" for m in layers_of)
         + (" (tiny dimensions)" if a.tiny else " (every other dimension published)"),
@@ -775,6 +835,12 @@ def write_report(runs, prov, a, path_md, layers_of, elapsed) -> None:
             lines.append(f"| {run.model} | {op} | {st} |")
     lines += ["", "## torch.compile modes: Dynamo during warm-up", ""]
     lines += [f"- {run.model}/{run.mode}: {run.dynamo}" for run in runs if run.dynamo]
+    failed = [run for run in runs if run.error]
+    if failed:
+        lines += ["", "## Mode failures (the message, then the end of the traceback)", ""]
+        for run in failed:
+            lines += [f"- {run.model}/{run.mode}: `{run.error.replace('`', chr(39))}`", "",
+                      "```", run.error_tb, "```", ""]
     lines += ["", "## Mode wall time (s, including warm-up and compiles)", ""]
     lines += [
         f"- {run.model}/{run.mode}: {run.seconds:.1f}" + (f" ({run.note})" if run.note else "")
@@ -872,6 +938,20 @@ def main() -> int:
         default=480.0,
         help="stop measuring (and skip later modes) past this many seconds",
     )
+    ap.add_argument(
+        "--mm",
+        choices=("hopper", "generic"),
+        default="hopper",
+        help="flaggems provider, aten::mm: hopper = what flag_gems.only_enable registers "
+        "(FlagGems' Hopper mm on an H200), generic = flag_gems.ops.mm.mm; every mode alike",
+    )
+    ap.add_argument(
+        "--max-versions",
+        type=int,
+        default=None,
+        help="Trident's max_versions and Dynamo's recompile_limit, both (default: each "
+        "tool's own)",
+    )
     ap.add_argument("--tag", default=None)
     ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
     a = ap.parse_args()
@@ -884,10 +964,16 @@ def main() -> int:
     deadline = t0 + a.budget_s
 
     warnings.filterwarnings("ignore", message="Warning only once for all operators")
+    faulthandler.enable()  # a native crash still prints every thread's Python stack
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    if a.max_versions:
+        for knob in ("recompile_limit", "cache_size_limit"):
+            if hasattr(torch._dynamo.config, knob):
+                setattr(torch._dynamo.config, knob, a.max_versions)
     if a.provider == "flaggems" and not torch.cuda.is_available():
         say("the flaggems provider needs CUDA; use --provider stub on a machine without a GPU")
         return 2
-    prov = stub_provider() if a.provider == "stub" else flaggems_provider()
+    prov = stub_provider() if a.provider == "stub" else flaggems_provider(a.mm)
     if prov.device == "cpu":
         torch.set_num_threads(1)  # tiny matrices; spinning OpenMP threads only add noise
     tag = a.tag or (prov.name + ("-tiny" if a.tiny else ""))
@@ -899,23 +985,39 @@ def main() -> int:
         f"measured requests per prompt set {a.requests}; modes {modes}"
     )
 
-    built = {name: build_model(name, a, prov.device) for name in models}
+    built = {}
+    for name in models:
+        try:
+            built[name] = build_model(name, a, prov.device)
+        except Exception as e:  # noqa: BLE001  (the other model still runs)
+            say(f"MODEL FAILED: {name}: {type(e).__name__}: {' '.join(str(e).split())[:500]}")
+            say("\n".join(traceback.format_exc().rstrip("\n").split("\n")[-25:]))
+    models = [m for m in models if m in built]
     layers_of = {name: m.config.num_hidden_layers for name, m in built.items()}
     runs = []
-    for mode in modes:
-        for name in models:
-            if time.time() > deadline:
-                runs.append(ModeRun(mode, name, note="skipped: time budget"))
-                continue
-            say(f"== {name} / {mode}")
-            run = run_mode(mode, name, built[name], prov, a, a.prompts, deadline)
-            runs.append(run)
-            if run.requests:
-                m = metrics(run.requests)
-                say(
-                    f"   {len(run.requests)} measured request(s): e2e {m['e2e']:.2f} ms, TTFT "
-                    f"{m['ttft']:.2f} ms, TPOT {m['tpot']:.3f} ms ({run.seconds:.1f}s for the mode)"
-                )
+    try:
+        for mode in modes:
+            for name in models:
+                if STOP:
+                    runs.append(ModeRun(mode, name, note=f"skipped: run stopped ({STOP[0]})"))
+                    continue
+                if time.time() > deadline:
+                    runs.append(ModeRun(mode, name, note="skipped: time budget"))
+                    continue
+                say(f"== {name} / {mode}")
+                run = run_mode(mode, name, built[name], prov, a, a.prompts, deadline)
+                runs.append(run)
+                if run.requests:
+                    m = metrics(run.requests)
+                    say(
+                        f"   {len(run.requests)} measured request(s): e2e {m['e2e']:.2f} ms, "
+                        f"TTFT {m['ttft']:.2f} ms, TPOT {m['tpot']:.3f} ms "
+                        f"({run.seconds:.1f}s for the mode)"
+                    )
+            write_report(runs, prov, a, path_md, layers_of, time.time() - t0)
+    except (Terminated, KeyboardInterrupt) as e:  # between modes: stop, keep the report
+        STOP.append(type(e).__name__)
+        say(f"RUN STOPPED between modes: {type(e).__name__}: {e}")
         write_report(runs, prov, a, path_md, layers_of, time.time() - t0)
     with open(path_md) as f:
         text = f.read()
@@ -923,11 +1025,14 @@ def main() -> int:
     say(f"wrote {path_md}" + (" and .png" if os.path.exists(path_md[:-3] + ".png") else ""))
     if "MISMATCH" in text:
         say("!! generated tokens differ from the eager run's: see 'tokens vs eager' above")
+    failed = [f"{r.model}/{r.mode}" for r in runs if r.error]
+    if failed:
+        say(f"!! modes failed: {', '.join(failed)} (see 'Mode failures')")
     bad = [r for r in runs if any(st.startswith("FELL BACK") for st in r.trident.values())]
     if prov.name == "stub" and bad:
         say("!! trident fell back on a stub operator (see 'Trident per operator')")
         return 1
-    return 0
+    return 3 if failed else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The whole H200 session in two device calls of at most 600 s each.  Run from the repo root:
+#
+#   PART=A bash benchmarks/device_all.sh   # runtime build, tests/gpu, gpu_triton, flaggems_probe
+#   PART=B bash benchmarks/device_all.sh   # flaggems_ops.py, llm_decode.py
+#
+# FlagGems and its two dependencies travel as wheels in .whl/ and are installed into /tmp/site
+# (no index, no compile).  Every step has its own `timeout` (SIGTERM, then SIGKILL 15 s later;
+# the Python harnesses turn SIGTERM into a written report), capped by what is left of LIMIT
+# (560 s) since the script started; a step with less than 20 s left is skipped.  Full logs go to
+# $OUT/<step>.log; stdout gets the last TAIL (40) lines of each, without Python warning blocks
+# (FlagGems' Dynamo notes: "Dynamo detected a call to a functools.lru_cache-wrapped function ...
+# This call originates from: File .../device_info.py ..."), which otherwise fill the output and
+# read like tracebacks.  Reports (.md/.json/.png) are written under $OUT.
+#
+# Environment: OUT (default /tmp/out), BENCH_COMMIT (default: git rev-parse, else "unknown"),
+# BENCH_DATE, LIMIT, TAIL, and per step the arguments: PYTEST_ARGS, FG_OPS_ARGS, LLM_ARGS
+# (each replaces the defaults below), LLM_MM (generic | hopper; default generic).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PART=${PART:?set PART=A or PART=B}
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+LIMIT=${LIMIT:-560}
+TAIL=${TAIL:-40}
+T0=$(date +%s)
+export PYTHONUNBUFFERED=1 TRIDENT_CACHE_DIR=/tmp/trident-cache
+export BENCH_COMMIT=${BENCH_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+export BENCH_DATE=${BENCH_DATE:-$(date +%F)}
+
+quiet() {  # drop warning blocks: the matching line and the indented/blank lines after it
+  awk '/Warning|warn_once|originates|device_info/ {skip = 1; next}
+       skip && (/^[[:space:]]/ || /^$/) {next}
+       {skip = 0; print; fflush()}'
+}
+
+step() {  # step NAME SECONDS CMD ARGS...
+  local name=$1 secs=$2 left t rc
+  shift 2
+  left=$(( LIMIT - ($(date +%s) - T0) ))
+  if (( left < 20 )); then
+    echo "=== $name: SKIPPED (${left}s left of ${LIMIT}s)"
+    return 0
+  fi
+  (( secs > left - 5 )) && secs=$(( left - 5 ))
+  t=$(date +%s)
+  echo "=== $name (timeout ${secs}s, at +$(( t - T0 ))s)"
+  timeout -s TERM -k 15 "$secs" "$@" > "$OUT/$name.log" 2>&1
+  rc=$?
+  quiet < "$OUT/$name.log" | tail -n "$TAIL"
+  (( rc == 124 || rc == 137 )) && rc="$rc (TIMED OUT)"
+  echo "=== $name: rc=$rc, $(( $(date +%s) - t ))s"
+}
+
+echo "device_all PART=$PART commit=$BENCH_COMMIT date=$BENCH_DATE out=$OUT limit=${LIMIT}s"
+nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl 2>&1 | quiet | tail -5
+export PYTHONPATH=/tmp/site:$PWD
+python3 -c "import torch, triton, flag_gems; print('torch', torch.__version__, '| triton', \
+triton.__version__, '| flag_gems', flag_gems.__version__)" 2>&1 | quiet | tail -5
+step runtime_build 120 python3 -c \
+  "from trident.native.build import runtime_module; runtime_module(); print('runtime ok')"
+
+case "$PART" in
+A)
+  # shellcheck disable=SC2086
+  step gpu_tests 200 python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-tests/gpu}
+  step gpu_triton 150 python3 benchmarks/gpu_triton.py --out "$OUT/gpu_triton.md"
+  step flaggems_probe 90 python3 benchmarks/flaggems_probe.py
+  ;;
+B)
+  # 3 shapes and no cpp_wrapper mode (the costliest, measured in the 2026-12-01 run) to fit
+  # ~250 s; the harness's own budget stops starting new work before the timeout.
+  # shellcheck disable=SC2086
+  step flaggems_ops 250 python3 benchmarks/flaggems_ops.py ${FG_OPS_ARGS:---shapes 3 \
+    --modes eager,torch,trident,compile,compile_noguard --budget-s 225 --tag h200} \
+    --out-dir "$OUT"
+  # One model, 2 layers, 32 tokens: every mode fits ~250 s.  --mm generic: FlagGems' portable
+  # mm, which Trident can capture (the Hopper mm's TMA descriptors and pre_hook configs make it
+  # fall back, and its 162-config autotuning took most of the smoke run's 170 s).
+  # shellcheck disable=SC2086
+  step llm_decode 250 python3 benchmarks/llm_decode.py ${LLM_ARGS:---models qwen3 --layers 2 \
+    --new-tokens 32 --warmup 4 --requests 1 --mm ${LLM_MM:-generic} --max-versions 64 \
+    --budget-s 215 --tag h200} --out-dir "$OUT"
+  ;;
+*)
+  echo "PART must be A or B, not $PART"
+  exit 2
+  ;;
+esac
+echo "device_all PART=$PART done in $(( $(date +%s) - T0 ))s; files in $OUT:"
+ls -la "$OUT"
