@@ -20,6 +20,8 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from . import config
 from .capture.dynamo import capture
 from .codegen import c as cgen
@@ -56,6 +58,7 @@ class SCM:
         self.versions: list[ir.Version] = []
         self.lock = threading.RLock()
         self.fallback_reason: str | None = None
+        self._warned_mode = False
         self.stats = Stats()
         self.c_source: str | None = None
         self._units: list = []  # codegen.c.Unit per installed version (text never changes)
@@ -98,6 +101,8 @@ class SCM:
             self._signature.bind(*args, **kwargs)
         except TypeError:
             return self.fn(*args, **kwargs)  # raises eager's own TypeError
+        if torch._C._len_torch_function_stack():
+            return self._under_mode(args, kwargs)
         reason = self._miss_reason()
         self.stats.misses += 1
         if self.versions and config.assert_no_recompile():
@@ -195,6 +200,22 @@ class SCM:
         if args is not None:
             return self.fn(*args, **kwargs)
         return result
+
+    def _under_mode(self, args, kwargs):
+        """A torch function mode is active: no version serves the call (the
+        global-state guard sees the mode stack), and none is captured, since
+        capturing would apply the mode twice (Dynamo traces it into the graph
+        and the capturing run goes through it again).  This call runs
+        eagerly; the versions keep serving calls made without a mode."""
+        reason = "a torch function mode is active"
+        if self.options.strict:
+            raise UnsupportedError(f"trident.jit({self.fn.__qualname__}): {reason}")
+        self.stats.fallbacks += 1
+        if not self._warned_mode:
+            self._warned_mode = True
+            warnings.warn(f"trident.jit({self.fn.__qualname__}): {reason}: calls under it run "
+                          "eagerly", RuntimeWarning, stacklevel=5)
+        return self.fn(*args, **kwargs)
 
     def hits(self) -> list[int]:
         mod = self.function._module
