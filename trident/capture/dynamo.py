@@ -136,11 +136,14 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
         if fake_mode is None:
             fake_mode = torch._guards.detect_fake_mode(example_inputs)
         try:
-            if fake_mode is not None:
-                with fake_mode:
-                    aten = make_fx(gm, tracing_mode="real")(*fakes)
-            else:
-                aten = make_fx(gm, tracing_mode="real")(*example_inputs)
+            # Identity saved-tensor hooks on top: the user's own hooks must not
+            # see the tracing (they run on the real tensors of the capturing run).
+            with torch.autograd.graph.saved_tensors_hooks(_same, _same):
+                if fake_mode is not None:
+                    with fake_mode:
+                        aten = make_fx(gm, tracing_mode="real")(*fakes)
+                else:
+                    aten = make_fx(gm, tracing_mode="real")(*example_inputs)
         except Exception as e:  # noqa: BLE001 - reported as the reason
             st["unsupported"] = f"lowering to ATen failed: {type(e).__name__}: {e}"
             aten = None
@@ -339,6 +342,10 @@ def _describe_return(tx, gm):
         raise UnsupportedError(f"a returned {type(vt).__name__}")
 
     return walk(tx.stack[-1])
+
+
+def _same(t):
+    return t
 
 
 def _triton_needs_static(gm) -> bool:
