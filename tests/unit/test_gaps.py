@@ -50,8 +50,6 @@ def test_global_float_rebinding_stays_compiled(h, record_warnings):
     _stays_compiled(f)
 
 
-@pytest.mark.xfail(reason="limitation: `key in dict_arg` gives a DICT_NOT_CONTAINS guard that "
-                          "is not translated", strict=True)
 def test_dict_membership_test_stays_compiled(h, record_warnings):
     def fn(d):
         return d["x"] + d["b"] if "b" in d else d["x"] * 2

@@ -411,29 +411,56 @@ def test_mapping_keys_check_is_refused(h, record_warnings, guard_log):
 
 
 def _membership(s, x):
-    return x * 2 if 3 in s else x - 1
+    return x * 2 if "c" in s else x - 1
 
 
-def test_set_contains_is_refused(h, record_warnings, guard_log):
-    calls = [({1, 3}, h.rand(3)) for _ in range(3)]
-    _check_refused(h, record_warnings, guard_log, _membership, "SET_CONTAINS", calls,
-                   reason="guard kind SET_CONTAINS")
+def _check_native_membership(h, guard_log, fn, kind: str, calls, versions: int):
+    f = trident.jit(fn)
+    for args in calls:
+        h.check(f, fn, *args)
+    assert kind in guard_log.translated_kinds()
+    st = _assert_compiled(f, versions)
+    assert sum(st["hits"]) >= 1
+    return f
+
+
+def test_set_contains_is_native(h, guard_log):
+    # "c" in s, then not, then in again: the set's own equality guard (strings)
+    # makes each distinct set a version; the repeated one is a hit
+    calls = [({"a", "c"}, h.rand(3)), ({"a", "b"}, h.rand(3)), ({"a", "c"}, h.rand(3))]
+    f = _check_native_membership(h, guard_log, _membership, "SET_CONTAINS", calls, 2)
+    assert "contains 'c' in" in trident.explain(f)
 
 
 @_needs_kind("SET_NOT_CONTAINS")
-def test_set_not_contains_is_refused(h, record_warnings, guard_log):
-    calls = [({1, 2}, h.rand(3)), ({1, 3}, h.rand(3)), ({1, 2}, h.rand(3))]
-    _check_refused(h, record_warnings, guard_log, _membership, "SET_NOT_CONTAINS", calls,
-                   reason="guard kind SET_NOT_CONTAINS")
+def test_set_not_contains_is_native(h, guard_log):
+    calls = [({"a", "b"}, h.rand(3)), ({"a", "c"}, h.rand(3)), ({"a", "b"}, h.rand(3))]
+    _check_native_membership(h, guard_log, _membership, "SET_NOT_CONTAINS", calls, 2)
 
 
-def test_dict_contains_is_refused(h, record_warnings, guard_log):
-    def fn(d, x):
-        return x * d["a"] if "a" in d else x - 1
+def _dict_membership(d, x):
+    return x * d["a"] if "a" in d else x - 1
 
-    calls = [({"a": 2, "b": 3}, h.rand(3)), ({"b": 3}, h.rand(3)), ({"a": 2}, h.rand(3))]
-    _check_refused(h, record_warnings, guard_log, fn, "DICT_CONTAINS", calls,
-                   reason="guard kind DICT_CONTAINS")
+
+def test_dict_contains_is_native(h, guard_log):
+    calls = [({"a": 2, "b": 3}, h.rand(3)), ({"b": 3}, h.rand(3)), ({"a": 2, "b": 5}, h.rand(3)),
+             ({"b": 4}, h.rand(3))]
+    f = _check_native_membership(h, guard_log, _dict_membership, "DICT_CONTAINS", calls, 2)
+    assert "contains 'a' in" in trident.explain(f)
+
+
+@_needs_kind("DICT_NOT_CONTAINS")
+def test_dict_not_contains_is_native(h, guard_log):
+    calls = [({"b": 3}, h.rand(3)), ({"a": 2, "b": 3}, h.rand(3)), ({"b": 7}, h.rand(3))]
+    _check_native_membership(h, guard_log, _dict_membership, "DICT_NOT_CONTAINS", calls, 2)
+
+
+def test_membership_of_a_non_container_is_a_miss(h):
+    f = trident.jit(_membership)
+    h.check(f, _membership, {"a", "c"}, h.rand(3))
+    h.check(f, _membership, ["a", "c"], h.rand(3))  # a list: the set's guards fail
+    h.check(f, _membership, {"a", "c"}, h.rand(3))
+    assert sum(trident.stats(f)["hits"]) >= 1
 
 
 class _Obj:

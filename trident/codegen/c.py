@@ -217,6 +217,11 @@ class _VersionGen:
         elif isinstance(g, ir.CallCheck):
             o = self.load(g.source)
             self.lines.append(f"  if (!trt_call_check({o}, {self.K(g.fn)}, {self.K(g.arg)})) {fail};")
+        elif isinstance(g, ir.Contains):
+            o = self.load(g.source)
+            fn = "trt_dict_has" if g.kind == "dict" else "trt_set_has"
+            want = 1 if g.present else 0
+            self.lines.append(f"  if ({fn}({o}, {self.K(g.key)}) != {want}) {fail};")
         elif isinstance(g, ir.LoggerQuiet):
             o = self.load(g.source)
             self.lines.append(

@@ -218,6 +218,12 @@ def translate(entries, cap, fn, consts: ConstPool, rt) -> tuple:
             if meta is not None:  # Dynamo adds no check when there is nothing to compare
                 per_source.append(ir.CallCheck(src, consts.add(dg.check_opaque_obj),
                                                consts.add(meta), "opaque guard_fn"))
+        elif kind in ("DICT_CONTAINS", "DICT_NOT_CONTAINS", "SET_CONTAINS", "SET_NOT_CONTAINS"):
+            key = _keyword(g, "key")
+            if not _is_const_key(key):
+                raise UnsupportedError(f"{kind} with a key of type {type(key).__name__} on {src}")
+            per_source.append(ir.Contains(src, "dict" if kind.startswith("DICT") else "set",
+                                          consts.add(key), "NOT" not in kind, _describe(key)))
         elif kind == "NOT_PRESENT_IN_GENERIC_DICT":
             attr = _keyword(g, "attr")
             per_source.append(ir.NotInDict(src, attr))
@@ -275,6 +281,15 @@ def _closure_match(src, v, consts: ConstPool) -> list:
     return out
 
 
+def _is_const_key(k) -> bool:
+    """A key whose hash and equality are its value (so a pooled copy finds
+    the same entries)."""
+    if type(k) is tuple:
+        return all(_is_const_key(x) for x in k)
+    return type(k) in (int, bool, str, bytes, type(None)) or (
+        type(k) is float and not math.isnan(k))
+
+
 def _keyword(guard, name):
     fn = guard.create_fn
     kw = getattr(fn, "keywords", None) or {}
@@ -288,6 +303,8 @@ def _equals(src, value, consts: ConstPool):
         return ir.IdMatch(src, consts.add(None), "None")
     if type(value) in (tuple, list) and all(type(v) in _EQ_TYPES for v in value):
         pass
+    elif type(value) in (set, frozenset) and all(type(v) in (str, bytes) for v in value):
+        pass  # set equality: strings only (numbers would let {1} == {True} == {1.0} pass)
     elif type(value) not in _EQ_TYPES:
         raise UnsupportedError(f"equality guard on {src} of type {type(value).__name__}")
     if isinstance(value, float) and math.isnan(value):

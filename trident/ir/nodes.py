@@ -303,6 +303,23 @@ class CallCheck:
 
 
 @dataclass(frozen=True)
+class Contains:
+    """`K[key] in source` (or `not in`) for a dict (`kind` "dict") or a set or
+    frozenset (`kind` "set"): Dynamo's DICT_CONTAINS, DICT_NOT_CONTAINS,
+    SET_CONTAINS, SET_NOT_CONTAINS.  Any other container fails the guard."""
+
+    source: Source
+    kind: str
+    key: int
+    present: bool
+    desc: str
+
+    def __str__(self) -> str:
+        op = "in" if self.present else "not in"
+        return f"contains {self.desc} {op} {self.source} ({self.kind})"
+
+
+@dataclass(frozen=True)
 class LoggerQuiet:
     """The logger at `source` is not enabled for `level` (a log call the
     version dropped; see capture/adapters.py).  Read from the logger's own
@@ -359,7 +376,7 @@ class ShapeGuard:
 
 
 Guard = Union[TensorMatch, TypeMatch, IdMatch, EqualsMatch, LengthMatch, DictKeysMatch,
-              NotInDict, CallCheck, LoggerQuiet, SameObject, Distinct, GlobalState, ShapeGuard]
+              NotInDict, CallCheck, Contains, LoggerQuiet, SameObject, Distinct, GlobalState, ShapeGuard]
 
 # ----------------------------------------------------------------- program
 

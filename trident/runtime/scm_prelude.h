@@ -142,6 +142,22 @@ static inline int trt_call_check(PyObject *o, PyObject *fn, PyObject *arg) {
   return ok;
 }
 
+/* 1 if key in o, 0 if not, -1 when o is not an exact-or-sub dict (set) or
+   the lookup raises (the guard then fails: a miss). */
+static inline int trt_dict_has(PyObject *o, PyObject *key) {
+  if (!o || !PyDict_Check(o)) return -1;
+  int r = PyDict_Contains(o, key);
+  if (r < 0) PyErr_Clear();
+  return r;
+}
+
+static inline int trt_set_has(PyObject *o, PyObject *key) {
+  if (!o || !PyAnySet_Check(o)) return -1;
+  int r = PySet_Contains(o, key);
+  if (r < 0) PyErr_Clear();
+  return r;
+}
+
 /* `o()` as a new reference; NULL (no error set) when o is NULL or raises. */
 static inline PyObject *trt_call_noargs(PyObject *o) {
   if (!o) return NULL;
