@@ -106,14 +106,14 @@ def test_path_without_tensor_ops_does_not_disable_other_paths(h, record_warnings
     _stays_compiled(f)
 
 
-@pytest.mark.xfail(reason="limitation: a returned torch.Size (x.shape) is not rebuilt "
-                          "('a returned value of type Size')", strict=True)
 def test_returning_a_shape_stays_compiled(h, record_warnings):
     def fn(x):
         return x + 1, x.shape
 
     f = trident.jit(fn)
     with record_warnings():
-        for n in (2, 3):
-            h.check(f, fn, h.rand(n, 3))
+        for n in (2, 3, 5, 2):  # static, then dynamic sizes
+            out = h.check(f, fn, h.rand(n, 3))
+            assert type(out[1]) is torch.Size and out[1] == (n, 3)
     _stays_compiled(f)
+    assert sum(trident.stats(f)["hits"]) >= 1

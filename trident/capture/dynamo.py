@@ -273,6 +273,7 @@ def _describe_return(tx, gm):
     Dynamo rebuilds the result from exactly this, so nothing is guessed."""
     from torch._dynamo.variables import (ConstantVariable, ConstDictVariable, ListVariable,
                                          SymNodeVariable, TensorVariable, TupleVariable)
+    from torch._dynamo.variables.lists import SizeVariable
 
     if not tx.stack:
         raise UnsupportedError("cannot see the function's return value")
@@ -329,6 +330,8 @@ def _describe_return(tx, gm):
         if type(vt) in (TupleVariable, ListVariable):
             kind = "tuple" if type(vt) is TupleVariable else "list"
             return ("seq", kind, [walk(i, depth + 1) for i in vt.items])
+        if type(vt) is SizeVariable:  # a torch.Size built in the function (x.shape)
+            return ("seq", "size", [walk(i, depth + 1) for i in vt.items])
         if type(vt) is ConstDictVariable and vt.python_type() is dict:
             items = []
             for k, v in vt.items.items():

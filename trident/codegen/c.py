@@ -422,11 +422,15 @@ class _VersionGen:
             self.lines.append(f"  if (!{s}) goto bad_arg; {var} = {s}; Py_INCREF({var});")
         elif isinstance(o, ir.OutSeq):
             items = [self.out(x) for x in o.items]
-            ctor = "PyTuple_New" if o.kind == "tuple" else "PyList_New"
-            setter = "PyTuple_SET_ITEM" if o.kind == "tuple" else "PyList_SET_ITEM"
+            ctor = "PyList_New" if o.kind == "list" else "PyTuple_New"
+            setter = "PyList_SET_ITEM" if o.kind == "list" else "PyTuple_SET_ITEM"
             self.lines.append(f"  {var} = {ctor}({len(items)}); if (!{var}) goto error;")
             for i, it in enumerate(items):
                 self.lines.append(f"  {setter}({var}, {i}, {it}); {it} = NULL;")
+            if o.kind == "size":  # torch.Size(tuple)
+                self.lines.append(
+                    f"  {{ PyObject *sz = PyObject_CallOneArg({self.K(o.ctor)}, {var}); "
+                    f"Py_DECREF({var}); {var} = sz; if (!{var}) goto error; }}")
         elif isinstance(o, ir.OutDict):
             vals = [self.out(x) for x in o.values]
             self.lines.append(f"  {var} = PyDict_New(); if (!{var}) goto error;")

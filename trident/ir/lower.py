@@ -295,7 +295,10 @@ def _output_tree(cap, out_vals, conv, consts, lo, placeholders) -> ir.Out:
                 raise UnsupportedError(f"a returned constant of type {type(v).__name__}")
             return ir.OutConst(consts.add(v), repr(v))
         if tag == "seq":
-            return ir.OutSeq(d[1], tuple(build(x) for x in d[2]))
+            items = tuple(build(x) for x in d[2])
+            if d[1] == "size":
+                return ir.OutSeq("size", items, consts.add(torch.Size))
+            return ir.OutSeq(d[1], items)
         if tag == "dict":
             keys = [k for k, _ in d[1]]
             if not all(type(k) in (str, int) for k in keys):

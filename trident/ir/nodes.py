@@ -564,11 +564,14 @@ class OutSource:
 
 @dataclass(frozen=True)
 class OutSeq:
-    kind: str  # tuple | list
+    kind: str  # tuple | list | size (a tuple passed to K[ctor], torch.Size)
     items: tuple
+    ctor: int = -1
 
     def __str__(self) -> str:
         inner = ", ".join(map(str, self.items))
+        if self.kind == "size":
+            return f"torch.Size([{inner}])"
         return f"({inner},)" if self.kind == "tuple" else f"[{inner}]"
 
 
