@@ -45,6 +45,9 @@ def _ops():
                       torch.randint(0, 32000, (16,), device=d)),
                       lambda wt, i: F.embedding(i, wt)),
         "cumsum": (lambda a: O.cumsum(a, 1), (x,), lambda a: torch.cumsum(a, 1)),
+        # the reduce-then-scan path, which launches with a grid of rank 4
+        "cumsum_rows": (lambda a: O.cumsum(a, -1), (r(16, 32000, dt=torch.float32),),
+                        lambda a: torch.cumsum(a, -1)),
         "sort": (lambda a: O.sort(a, -1), (r(64, 1024),), lambda a: torch.sort(a, -1)),
         "mm": (lambda a, b: O.mm(a, b), (r(64, 64), r(64, 64)), torch.mm),
         "addmm": (lambda c, a, b: O.addmm(c, a, b), (r(64), r(64, 64), r(64, 64)), torch.addmm),
