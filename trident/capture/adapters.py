@@ -28,6 +28,9 @@ so nothing it assumes goes unguarded.
   computed at trace time from the tensors' dtypes and ranks and the scalars'
   types (all fixed by the version's guards): torch 2.11 otherwise puts it in
   the graph and fails on its dtype result.
+* **A path with no tensor operation**: Dynamo skips the backend for it;
+  Trident hands the (empty) graph to its recorder anyway, so the path is a
+  version that returns inputs and constants under its guards.
 * **Grids longer than three** (`kernel[(M, n, 1, 1)]`): Triton's launcher
   uses the first three entries and ignores the rest; Dynamo refuses them, so
   the capture keeps the first three.
@@ -122,6 +125,8 @@ def _strided_buffer(real: type) -> type:
 @dataclass
 class State:
     extra_guards: list = field(default_factory=list)  # ("logger_quiet", source, level)
+    empty_graph: object = None  # called with the OutputGraph when Dynamo skips the backend
+    backend_calls: object = lambda: 0  # how many times the recorder ran
 
 
 @contextlib.contextmanager
@@ -201,6 +206,20 @@ def active(state: State):
             return ConstantVariable.create(None)
         return orig_log(self, tx, name, args, kwargs)
 
+    from torch._dynamo.output_graph import OutputGraph
+    from torch._dynamo.utils import count_calls
+
+    orig_compile = OutputGraph.compile_subgraph
+
+    def compile_subgraph(self, tx, *a, **kw):
+        seen = state.backend_calls()
+        out = orig_compile(self, tx, *a, **kw)
+        if (state.empty_graph is not None and state.backend_calls() == seen
+                and count_calls(self.graph) == 0):
+            state.empty_graph(self)
+        return out
+
+    OutputGraph.compile_subgraph = compile_subgraph
     B.VariableBuilder._wrap = _wrap
     M.LoggingLoggerVariable.call_method = call_method
     hop.call_triton_kernel = call_triton_kernel
@@ -208,6 +227,7 @@ def active(state: State):
     try:
         yield state
     finally:
+        OutputGraph.compile_subgraph = orig_compile
         hop.check_grid = orig_check_grid
         B.VariableBuilder._wrap = orig_wrap
         M.LoggingLoggerVariable.call_method = orig_log

@@ -203,9 +203,18 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
     reset_code(fn.__code__)
     compiled = torch.compile(fn, backend=backend, fullgraph=True, dynamic=dynamic,
                              options={"guard_filter_fn": guard_filter})
+    def empty_graph(og):
+        # Dynamo skips the backend when the path runs no operation; Trident
+        # still wants the path as a version (it returns inputs and constants).
+        g = torch.fx.Graph()
+        g.graph_copy(og.graph, {})
+        g.output(())
+        gm = torch.fx.GraphModule(torch.nn.Module(), g)
+        backend(gm, [n.meta.get("example_value") for n in g.nodes if n.op == "placeholder"])
+
     gstate = global_state_fn()
     tf_len = torch._C._len_torch_function_stack()
-    adapted = adapters.State()
+    adapted = adapters.State(empty_graph=empty_graph, backend_calls=lambda: st["calls"])
     try:
         # Python floats are specialized (a new value is a new version), as in
         # torch.compile's defaults before 2.6: a dynamic float needs float
