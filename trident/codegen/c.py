@@ -281,7 +281,8 @@ class _VersionGen:
     # -- program
     def instr(self, ins) -> None:
         if isinstance(ins, ir.LoadTensor):
-            if ins.source not in self.meta:
+            # A pooled constant is Trident's own tensor; any other source needs its guard.
+            if ins.source not in self.meta and not isinstance(ins.source, ir.ConstObj):
                 raise UnsupportedError(f"tensor input {ins.source} has no tensor guard")
             self.lines.append(f"  api->frame_set_tensor(F, {ins.slot}, {self.load(ins.source)});")
         elif isinstance(ins, ir.LoadScalar):

@@ -74,6 +74,27 @@ class _Lowering:
         else:
             raise UnsupportedError(f"graph input of type {type(ex).__name__}")
 
+    def tensor_constant(self, node, value) -> None:
+        """A tensor the function created from Python values (make_fx keeps it
+        as a module attribute, e.g. the 7.0 of `x[0] = 7.0`).  It is kept in
+        the constant pool; only copies of it may be used (`lift_fresh_copy`,
+        as make_fx emits), so no call can change it or hand it out."""
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        if type(value) is not torch.Tensor or isinstance(value, FakeTensor) \
+                or value.layout != torch.strided:
+            raise UnsupportedError(f"graph constant {node.target} of type {type(value).__name__}")
+        users = list(node.users)
+        if not users or any(u.target is not torch.ops.aten.lift_fresh_copy.default
+                            for u in users):
+            raise UnsupportedError(f"graph constant {node.target} used other than by a copy")
+        s = self.slot()
+        with torch.inference_mode(False):  # a normal tensor, whatever mode captured it
+            const = value.detach().clone()
+        self.program.append(ir.LoadTensor(s, ir.ConstObj(self.consts.add(const),
+                                                         f"tensor constant {node.target}")))
+        self.vals[node] = ("slot", s)
+
     def _need_meta(self, leaf) -> None:
         """Sizes of unguarded tensors are read with api->tensor_prop (codegen)."""
 
@@ -113,6 +134,10 @@ class _Lowering:
         if isinstance(value, int):
             if tys.startswith("float"):
                 return ir.ConstArg("double", float(value))
+            if not -2 ** 63 <= value < 2 ** 63:
+                # PyTorch converts such a Python int by its own rules (a double
+                # for a Scalar, an error elsewhere); an int64 literal would wrap.
+                raise UnsupportedError(f"integer constant {value} beyond int64")
             return ir.ConstArg("int", value)
         if isinstance(value, float):
             return ir.ConstArg("double", value)
@@ -123,6 +148,8 @@ class _Lowering:
             for x in value:
                 if isinstance(x, torch.fx.Node):
                     items.append(self.arg(x, None))
+                elif isinstance(x, int) and not isinstance(x, bool) and not -2 ** 63 <= x < 2 ** 63:
+                    raise UnsupportedError(f"integer constant {x} beyond int64")
                 elif x is None or (isinstance(x, (int, float)) and not isinstance(x, bool)):
                     items.append(x)
                 elif isinstance(x, bool):
@@ -236,6 +263,8 @@ def lower(cap, conv, consts, rt, guards) -> tuple:
             lo.node(n)
         elif n.op == "output":
             out_node = n
+        elif n.op == "get_attr":
+            lo.tensor_constant(n, getattr(cap.aten_graph, n.target, None))
         elif n.op != "placeholder":
             raise UnsupportedError(f"graph node kind {n.op}")
     graph_outs = out_node.args[0] if out_node is not None else ()
