@@ -118,3 +118,78 @@ def test_math_prod_over_a_generator(h):
     for shape in ((2, 3), (4, 5), (2, 3)):
         h.check(f, _prod_of_generator, h.rand(*shape))
     assert trident.stats(f)["fallbacks"] == 0
+
+
+# --- globals copied from another module (FlagGems' generated wrappers) ------
+
+_GEN_SRC = '''
+import torch
+
+SCALE = 3.0
+OFFSET = torch.ones(())
+
+
+def wrapper(x):
+    return x * SCALE + OFFSET
+'''
+
+
+def _generated_module(tmp_path, name_of_other):
+    """A module loaded from a file, its globals then updated with another
+    module's (FlagGems' pointwise_dynamic does this), so `__name__` names a
+    module that does not hold `SCALE`."""
+    import importlib.util
+    import sys
+
+    path = tmp_path / "gen_wrapper.py"
+    path.write_text(_GEN_SRC)
+    spec = importlib.util.spec_from_file_location("_trident_gen_wrapper", path)
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    other = sys.modules[name_of_other]
+    m.__dict__.update({k: v for k, v in vars(other).items()
+                       if k in ("__name__", "__file__", "__spec__")})
+    assert not hasattr(other, "SCALE")
+    return m
+
+
+def test_globals_copied_from_another_module_are_guarded_as_a_dict(h, tmp_path):
+    m = _generated_module(tmp_path, "logging")
+    wrapper = m.wrapper
+
+    def entry(x):
+        return wrapper(x).relu()
+
+    f = trident.jit(entry, strict=True)
+    for _ in range(3):
+        h.check(f, entry, h.rand(8))
+    st = trident.stats(f)
+    assert st["versions"] == 1 and st["fallbacks"] == 0 and sum(st["hits"]) >= 2
+    # a change to the generated module's global is seen (guarded), never stale
+    m.SCALE = -2.0
+    x = h.rand(8)
+    h.check(f, entry, x)
+    torch.testing.assert_close(f(x), (x * -2.0 + 1).relu())
+    m.OFFSET = torch.full((), 5.0)
+    h.check(f, entry, h.rand(8))
+
+
+def test_strided_buffer_standin_points_at_the_offset_element():
+    from trident.capture.adapters import _strided_buffer
+
+    class StridedBuffer:  # the attributes FlagGems' class has
+        def __init__(self, base, shape=None, strides=None, dtype=None, offset=0):
+            raise AssertionError("replaced while tracing")
+
+    traced = _strided_buffer(StridedBuffer)
+
+    def arg(x, off):
+        return traced(x, (x.numel() - off,), (1,), offset=off)._trident_arg
+
+    x = torch.randn(4, 10)[1:]  # a storage offset of its own
+    for off in (0, 3, 29):
+        t = arg(x, off)
+        assert t.data_ptr() == x.data_ptr() + off * x.element_size()
+        assert t.dtype == x.dtype and t.reshape(-1)[0] == x.reshape(-1)[off]
+        g = torch.compile(arg, backend="eager", fullgraph=True, dynamic=True)(x, off)
+        assert g.data_ptr() == t.data_ptr()

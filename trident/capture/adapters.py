@@ -39,6 +39,12 @@ so nothing it assumes goes unguarded.
 * **Tensor-like wrappers passed to kernels** (FlagGems' `StridedBuffer`):
   traced as a subclass that also carries a tensor with the same data
   pointer and dtype, which is what the launch receives.
+* **Globals that are not their named module's** (FlagGems' generated
+  wrappers: a module loaded from a file whose globals are then updated with
+  another module's, `__name__` included).  Dynamo would guard them as
+  attributes of `sys.modules[__name__]`, another object; Trident guards them
+  as items of the function's own globals dict (Dynamo's rule for a scope
+  with no name).
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import sys
 from dataclasses import dataclass, field
 
 # Known wrappers: (module, class name) -> the attribute holding the kernel.
@@ -115,7 +122,9 @@ def _strided_buffer(real: type) -> type:
                 raise NotImplementedError("StridedBuffer with a dtype of another size")
             t = base if self.dtype == base.dtype else base.view(self.dtype)
             if offset != 0:
-                t = torch.as_strided(t, (1,), (1,), t.storage_offset() + offset)
+                # the same storage, `offset` elements further (as_strided
+                # keeps t's storage offset; storage_offset() does not trace)
+                t = torch.as_strided(t, (offset + 1,), (1,))[offset:]
             self._trident_arg = t
 
     TracedStridedBuffer.__qualname__ = TracedStridedBuffer.__name__ = real.__name__
@@ -219,7 +228,41 @@ def active(state: State):
             state.empty_graph(self)
         return out
 
+    from torch._dynamo import symbolic_convert as SC
+
+    inl = SC.InliningInstructionTranslator
+    orig_globals = inl.__dict__.get("get_globals_source_and_value")
+
+    def get_globals_source_and_value(self, name):
+        # Dynamo names an inlined function's globals by their `__name__`
+        # and guards them as attributes of sys.modules[__name__].  FlagGems'
+        # generated modules copy another module's globals, `__name__`
+        # included, so those guards would read a different module (and fail:
+        # "module 'flag_gems.ops.gelu' has no attribute 'torch_device_fn'").
+        # When sys.modules[__name__] does not own these globals, guard them
+        # as a dict, as Dynamo does for a scope with no name.
+        g = self.f_globals
+        mod = sys.modules.get(g.get("__name__")) if isinstance(g.get("__name__"), str) else None
+        if mod is not None and getattr(mod, "__dict__", None) is not g:
+            from torch._dynamo.source import DictGetItemSource, GlobalSource
+
+            # A lasting alias in the root's globals, as Dynamo's own module
+            # aliases (`__import_*`) are: install_global_by_id's alias is
+            # removed once Dynamo's code object is collected, and the
+            # version's guards read it on every call.
+            alias = f"__trident_globals_{id(g)}"
+            scope = self.output.global_scope
+            if scope.get(alias, g) is not g:
+                raise NotImplementedError(f"global alias {alias} is taken")
+            scope[alias] = g
+            self.output.update_co_names(alias)
+            src = GlobalSource(alias)
+            return g, B.VariableBuilder(self, src)(g), DictGetItemSource(src, name)
+        return orig_globals(self, name)
+
     OutputGraph.compile_subgraph = compile_subgraph
+    if orig_globals is not None:
+        inl.get_globals_source_and_value = get_globals_source_and_value
     B.VariableBuilder._wrap = _wrap
     M.LoggingLoggerVariable.call_method = call_method
     hop.call_triton_kernel = call_triton_kernel
@@ -227,6 +270,8 @@ def active(state: State):
     try:
         yield state
     finally:
+        if orig_globals is not None:
+            inl.get_globals_source_and_value = orig_globals
         OutputGraph.compile_subgraph = orig_compile
         hop.check_grid = orig_check_grid
         B.VariableBuilder._wrap = orig_wrap
