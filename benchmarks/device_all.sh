@@ -14,8 +14,9 @@
 # read like tracebacks.  Reports (.md/.json/.png) are written under $OUT.
 #
 # Environment: OUT (default /tmp/out), BENCH_COMMIT (default: git rev-parse, else "unknown"),
-# BENCH_DATE, LIMIT, TAIL, and per step the arguments: PYTEST_ARGS, FG_OPS_ARGS, LLM_ARGS
-# (each replaces the defaults below), LLM_MM (generic | hopper; default generic).
+# BENCH_DATE, LIMIT, TAIL, STEPS (space-separated step names to run, from both parts, e.g.
+# STEPS="gpu_tests flaggems_probe flaggems_ops" PART=AB; default: all of the part's), and per step the arguments: PYTEST_ARGS, FG_OPS_ARGS, LLM_ARGS
+# (each replaces the defaults below), FG_OPS_S and LLM_S (their timeouts), LLM_MM (generic | hopper; default generic).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PART=${PART:?set PART=A or PART=B}
@@ -37,6 +38,9 @@ quiet() {  # drop warning blocks: the matching line and the indented/blank lines
 step() {  # step NAME SECONDS CMD ARGS...
   local name=$1 secs=$2 left t rc
   shift 2
+  if [[ -n "${STEPS:-}" && " $STEPS " != *" $name "* ]]; then
+    return 0
+  fi
   left=$(( LIMIT - ($(date +%s) - T0) ))
   if (( left < 20 )); then
     echo "=== $name: SKIPPED (${left}s left of ${LIMIT}s)"
@@ -63,29 +67,30 @@ step runtime_build 120 python3 -c \
   "from trident.native.build import runtime_module; runtime_module(); print('runtime ok')"
 
 case "$PART" in
-A)
+A|AB)
   # shellcheck disable=SC2086
   step gpu_tests 200 python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-tests/gpu}
   step gpu_triton 150 python3 benchmarks/gpu_triton.py --out "$OUT/gpu_triton.md"
   step flaggems_probe 90 python3 benchmarks/flaggems_probe.py
-  ;;
-B)
+  ;;&
+B|AB)
   # 3 shapes and no cpp_wrapper mode (the costliest, measured in the 2026-12-01 run) to fit
   # ~250 s; the harness's own budget stops starting new work before the timeout.
   # shellcheck disable=SC2086
-  step flaggems_ops 250 python3 benchmarks/flaggems_ops.py ${FG_OPS_ARGS:---shapes 3 \
+  step flaggems_ops ${FG_OPS_S:-250} python3 benchmarks/flaggems_ops.py ${FG_OPS_ARGS:---shapes 3 \
     --modes eager,torch,trident,compile,compile_noguard --budget-s 225 --tag h200} \
     --out-dir "$OUT"
   # One model, 2 layers, 32 tokens: every mode fits ~250 s.  --mm generic: FlagGems' portable
   # mm, which Trident can capture (the Hopper mm's TMA descriptors and pre_hook configs make it
   # fall back, and its 162-config autotuning took most of the smoke run's 170 s).
   # shellcheck disable=SC2086
-  step llm_decode 250 python3 benchmarks/llm_decode.py ${LLM_ARGS:---models qwen3 --layers 2 \
+  step llm_decode ${LLM_S:-250} python3 benchmarks/llm_decode.py ${LLM_ARGS:---models qwen3 --layers 2 \
     --new-tokens 32 --warmup 4 --requests 1 --mm ${LLM_MM:-generic} --max-versions 64 \
     --budget-s 215 --tag h200} --out-dir "$OUT"
   ;;
+A) ;;
 *)
-  echo "PART must be A or B, not $PART"
+  echo "PART must be A, B or AB, not $PART"
   exit 2
   ;;
 esac
