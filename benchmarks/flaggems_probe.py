@@ -75,6 +75,27 @@ def _time(f, args, n=200):
     return ts[len(ts) // 2] / 1000
 
 
+def _refused_alone(entries, fn):
+    """Each guard entry translated alone: every refusal, not only the first
+    (guards that need the capture's shape data are skipped)."""
+    import types as _t
+
+    from trident.errors import UnsupportedError
+    from trident.guards.translate import ConstPool, translate
+
+    cap = _t.SimpleNamespace(shape_exprs=[], sizes_strides={}, global_state=b"",
+                             tf_mode_stack_len=0)
+    out = []
+    for e in entries:
+        try:
+            translate([e], cap, fn, ConstPool(), None)
+        except UnsupportedError as err:
+            out.append(f"{e.guard_type}: {err}")
+        except Exception:  # noqa: BLE001 - needs what a real capture has
+            pass
+    return sorted(set(out))
+
+
 def main():
     out = os.environ.get("OUT", "/tmp/out")
     import flag_gems  # noqa: F401
@@ -127,10 +148,19 @@ def main():
             from trident.capture import adapters
 
             torch._dynamo.reset()
+            entries = []
+
+            def keep(es):
+                entries.extend(es)
+                return [True] * len(es)
+
             try:
                 with adapters.active(adapters.State()):
-                    torch.compile(f, fullgraph=True, backend="eager")(*args)
+                    torch.compile(f, fullgraph=True, backend="eager",
+                                  options={"guard_filter_fn": keep})(*args)
                 print("   (plain Dynamo with adapters traced it)")
+                for msg in _refused_alone(entries, f):
+                    print("   refused guard:", msg[:300])
             except Exception as e:  # noqa: BLE001
                 print("   dynamo:", "\n   ".join(str(e).splitlines()[:40]))
         elif os.environ.get("PROBE_EXPLAIN"):

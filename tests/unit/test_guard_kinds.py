@@ -748,3 +748,110 @@ def test_fsdp_training_state_is_refused(h, record_warnings, guard_log, world_of_
                    reason="mutates a Python object", reaches_translate=False)
     assert group._training_state == TrainingState.IDLE
 
+
+
+# ------------------------------------- dict entries by position, sets of ints
+
+
+class _Vendor(__import__("enum").Enum):
+    A = "a"
+    B = "b"
+
+
+class _Device:
+    vendor = _Vendor.A
+
+
+def _warps_a(n):
+    return n * 2
+
+
+def _warps_b(n):
+    return n * 3
+
+
+_DEVICE = _Device()
+_HEURISTICS = {_Vendor.A: _warps_a, _Vendor.B: _warps_b}
+
+
+def _by_vendor(x):
+    # FlagGems' get_heuristics_for_num_warps: a dict keyed by enum members
+    if _DEVICE.vendor not in _HEURISTICS:
+        return x * _HEURISTICS.get(_Vendor.A)(2)
+    return x * _HEURISTICS.get(_DEVICE.vendor)(2)
+
+
+def test_dict_keys_and_values_by_position_are_native(h):
+    f = trident.jit(_by_vendor, strict=True)
+    for _ in range(2):
+        h.check(f, _by_vendor, h.rand(3))
+    st = _assert_compiled(f, 1)
+    assert sum(st["hits"]) == 1
+    text = trident.explain(f)
+    assert "keys())[0]" in text and "values())[0]" in text
+    try:
+        _HEURISTICS[_Vendor.A] = _warps_b  # the entry's value changes: a miss
+        h.check(f, _by_vendor, h.rand(3))
+        _DEVICE.vendor = _Vendor.B  # another entry
+        h.check(f, _by_vendor, h.rand(3))
+        _HEURISTICS.pop(_Vendor.A)  # positions shift: key 0 is now B
+        _HEURISTICS[_Vendor.A] = _warps_a
+        h.check(f, _by_vendor, h.rand(3))
+        _DEVICE.vendor = _Vendor.A
+        h.check(f, _by_vendor, h.rand(3))
+    finally:
+        _HEURISTICS.clear()
+        _HEURISTICS.update({_Vendor.A: _warps_a, _Vendor.B: _warps_b})
+        _DEVICE.vendor = _Vendor.A
+    h.check(f, _by_vendor, h.rand(3))
+    assert trident.stats(f)["fallbacks"] == 0
+
+
+class _Pointwise:
+    def __init__(self):
+        self.operand_indices = frozenset({1, 2})
+
+
+_PW = _Pointwise()
+
+
+def _uses_index_set(x):
+    # FlagGems' PointwiseDynamicFunction keeps a frozenset of operand indices
+    for i in sorted(_PW.operand_indices):
+        x = x + len(str(i))
+    return x
+
+
+def test_set_of_ints_equality_is_exact(h, record_warnings):
+    f = trident.jit(_uses_index_set, strict=True)
+    h.check(f, _uses_index_set, h.rand(3))
+    h.check(f, _uses_index_set, h.rand(3))
+    st = _assert_compiled(f, 1)
+    assert sum(st["hits"]) == 1
+    try:
+        _PW.operand_indices = frozenset({1, 3})
+        h.check(f, _uses_index_set, h.rand(3))
+        _PW.operand_indices = {1, 2}  # a set, not a frozenset
+        h.check(f, _uses_index_set, h.rand(3))
+        _PW.operand_indices = frozenset({1, 2})
+        h.check(f, _uses_index_set, h.rand(3))
+        _assert_compiled(f, 3)
+        hits = sum(trident.stats(f)["hits"])
+        assert hits == 2
+        # {True, 2} == {1, 2} in Python, but str(True) != str(1): the
+        # version must not serve it (a set of bools or floats is refused
+        # at capture, so the function then runs eagerly)
+        for bad in (frozenset({True, 2}), frozenset({1.0, 2})):
+            _PW.operand_indices = frozenset({1, 2})
+            g = trident.jit(_uses_index_set)
+            h.check(g, _uses_index_set, h.rand(3))
+            h.check(g, _uses_index_set, h.rand(3))
+            assert sum(trident.stats(g)["hits"]) == 1
+            _PW.operand_indices = bad
+            with record_warnings():
+                h.check(g, _uses_index_set, h.rand(3))
+            st = trident.stats(g)
+            assert sum(st["hits"]) == 1 and st["fallbacks"] == 1
+            assert "frozenset" in st["fallback_reason"]
+    finally:
+        _PW.operand_indices = frozenset({1, 2})

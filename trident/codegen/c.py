@@ -101,6 +101,12 @@ class _VersionGen:
         elif isinstance(src, ir.CallNoArgs):
             b = self.load(src.base)
             expr = f"trt_call_noargs({b})"
+        elif isinstance(src, ir.DictKeyAt):
+            b = self.load(src.base)
+            expr = f"trt_dict_entry_at({b}, {src.index}, 0)"
+        elif isinstance(src, ir.DictValueAt):
+            b = self.load(src.base)
+            expr = f"trt_dict_entry_at({b}, {src.index}, 1)"
         elif isinstance(src, ir.ConstObj):
             expr = f"(Py_INCREF({self.K(src.index)}), {self.K(src.index)})"
         elif isinstance(src, ir.Attr):

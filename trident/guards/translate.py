@@ -87,6 +87,9 @@ class SourceConverter:
             return ir.TypeOf(self(src.base))
         if cls == "CallFunctionNoArgsSource":
             return ir.CallNoArgs(self(src.base))
+        if (cls == "ConstDictKeySource" and type(src.index) is int
+                and src.index >= 0):
+            return ir.DictKeyAt(self(src.base), src.index)
         base = getattr(src, "base", None)
         if (cls in ("GetItemSource", "DictGetItemSource") and isinstance(base, S.GlobalSource)
                 and base.global_name.startswith("__builtins_dict__")
@@ -121,6 +124,11 @@ class SourceConverter:
             idx = src.index
             if isinstance(idx, (int, str)) and not isinstance(idx, bool):
                 return ir.Item(self(src.base), idx)
+        if (cls == "DictGetItemSource" and type(src.index).__name__ == "ConstDictKeySource"
+                and src.index.base == src.base and type(src.index.index) is int
+                and src.index.index >= 0):
+            # d[list(dict.keys(d))[i]]: the i-th value
+            return ir.DictValueAt(self(src.base), src.index.index)
         if cls == "DictGetItemSource":
             idx = src.index
             if isinstance(idx, (int, str)) and not isinstance(idx, bool):
@@ -303,8 +311,11 @@ def _equals(src, value, consts: ConstPool):
         return ir.IdMatch(src, consts.add(None), "None")
     if type(value) in (tuple, list) and all(type(v) in _EQ_TYPES for v in value):
         pass
-    elif type(value) in (set, frozenset) and all(type(v) in (str, bytes) for v in value):
-        pass  # set equality: strings only (numbers would let {1} == {True} == {1.0} pass)
+    elif type(value) in (set, frozenset) and all(type(v) in (str, bytes, int) for v in value):
+        # Set equality, checked natively element by element with exact
+        # types (trt_equals): {1} == {True} == {1.0} in Python, but a
+        # version captured with {1} must not serve {True}.
+        pass
     elif type(value) not in _EQ_TYPES:
         raise UnsupportedError(f"equality guard on {src} of type {type(value).__name__}")
     if isinstance(value, float) and math.isnan(value):

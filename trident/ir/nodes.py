@@ -92,7 +92,32 @@ class CallNoArgs:
         return f"{self.base}()"
 
 
-Source = Union[Local, Global, ConstObj, Attr, Item, TypeOf, CallNoArgs]
+@dataclass(frozen=True)
+class DictKeyAt:
+    """`list(dict.keys(base))[index]`: a dict's key by position (Dynamo's
+    ConstDictKeySource, e.g. a config dict whose first key is guarded)."""
+
+    base: "Source"
+    index: int
+
+    def __str__(self) -> str:
+        return f"list({self.base}.keys())[{self.index}]"
+
+
+@dataclass(frozen=True)
+class DictValueAt:
+    """`list(dict.values(base))[index]`: a dict's value by position (Dynamo's
+    `d[list(dict.keys(d))[i]]`)."""
+
+    base: "Source"
+    index: int
+
+    def __str__(self) -> str:
+        return f"list({self.base}.values())[{self.index}]"
+
+
+Source = Union[Local, Global, ConstObj, Attr, Item, TypeOf, CallNoArgs, DictKeyAt,
+               DictValueAt]
 
 # ------------------------------------------------ integer-valued properties
 

@@ -90,9 +90,33 @@ static inline PyObject *trt_getitem_obj(PyObject *o, PyObject *key) {
 }
 
 /* Exact type and equal value; never leaves an exception set. */
+/* A set equal to `value` (whose elements are exact str, bytes or int)
+   with every element of an exact type among those: Python's own equality
+   would also accept {True} or {1.0} for {1}. */
+static inline int trt_set_equals(PyObject *o, PyObject *value) {
+  if (PySet_GET_SIZE(o) != PySet_GET_SIZE(value)) return 0;
+  PyObject *it = PyObject_GetIter(o);
+  if (!it) { PyErr_Clear(); return 0; }
+  PyObject *e;
+  int ok = 1;
+  while (ok && (e = PyIter_Next(it))) {
+    if (!PyLong_CheckExact(e) && !PyUnicode_CheckExact(e) && !PyBytes_CheckExact(e)) {
+      ok = 0;
+    } else {
+      int r = PySet_Contains(value, e);
+      if (r != 1) ok = 0;
+    }
+    Py_DECREF(e);
+  }
+  Py_DECREF(it);
+  if (PyErr_Occurred()) { PyErr_Clear(); return 0; }
+  return ok;
+}
+
 static inline int trt_equals(PyObject *o, PyObject *type, PyObject *value) {
   if (!o || (PyObject *)Py_TYPE(o) != type) return 0;
   if (o == value) return 1;
+  if (PyAnySet_CheckExact(o)) return trt_set_equals(o, value);
   if (PyFloat_CheckExact(o)) {
     /* Equal and of the same sign: 0.0 and -0.0 compare equal but x / s differs. */
     double a = PyFloat_AS_DOUBLE(o), b = PyFloat_AS_DOUBLE(value);
@@ -156,6 +180,23 @@ static inline int trt_set_has(PyObject *o, PyObject *key) {
   int r = PySet_Contains(o, key);
   if (r < 0) PyErr_Clear();
   return r;
+}
+
+/* The i-th key (value = 0) or value (value = 1) of dict d, in order, as a
+   new reference: `list(dict.keys(d))[i]`; NULL (no error set) when d is not
+   a dict or has no i-th entry. */
+static inline PyObject *trt_dict_entry_at(PyObject *d, Py_ssize_t i, int value) {
+  if (!d || !PyDict_Check(d) || i >= PyDict_GET_SIZE(d)) return NULL;
+  Py_ssize_t pos = 0, n = 0;
+  PyObject *k, *v;
+  while (PyDict_Next(d, &pos, &k, &v)) {
+    if (n++ == i) {
+      PyObject *r = value ? v : k;
+      Py_INCREF(r);
+      return r;
+    }
+  }
+  return NULL;
 }
 
 /* `o()` as a new reference; NULL (no error set) when o is NULL or raises. */
