@@ -101,12 +101,9 @@ class _VersionGen:
         elif isinstance(src, ir.CallNoArgs):
             b = self.load(src.base)
             expr = f"trt_call_noargs({b})"
-        elif isinstance(src, ir.DictKeyAt):
+        elif isinstance(src, ir.DictEntryAt):
             b = self.load(src.base)
-            expr = f"trt_dict_entry_at({b}, {src.index}, 0)"
-        elif isinstance(src, ir.DictValueAt):
-            b = self.load(src.base)
-            expr = f"trt_dict_entry_at({b}, {src.index}, 1)"
+            expr = f"trt_dict_entry_at({b}, {src.index}, {int(src.value)})"
         elif isinstance(src, ir.ConstObj):
             expr = f"(Py_INCREF({self.K(src.index)}), {self.K(src.index)})"
         elif isinstance(src, ir.Attr):

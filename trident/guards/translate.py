@@ -89,7 +89,7 @@ class SourceConverter:
             return ir.CallNoArgs(self(src.base))
         if (cls == "ConstDictKeySource" and type(src.index) is int
                 and src.index >= 0):
-            return ir.DictKeyAt(self(src.base), src.index)
+            return ir.DictEntryAt(self(src.base), src.index)
         base = getattr(src, "base", None)
         if (cls in ("GetItemSource", "DictGetItemSource") and isinstance(base, S.GlobalSource)
                 and base.global_name.startswith("__builtins_dict__")
@@ -128,7 +128,7 @@ class SourceConverter:
                 and src.index.base == src.base and type(src.index.index) is int
                 and src.index.index >= 0):
             # d[list(dict.keys(d))[i]]: the i-th value
-            return ir.DictValueAt(self(src.base), src.index.index)
+            return ir.DictEntryAt(self(src.base), src.index.index, value=True)
         if cls == "DictGetItemSource":
             idx = src.index
             if isinstance(idx, (int, str)) and not isinstance(idx, bool):

@@ -93,31 +93,20 @@ class CallNoArgs:
 
 
 @dataclass(frozen=True)
-class DictKeyAt:
-    """`list(dict.keys(base))[index]`: a dict's key by position (Dynamo's
-    ConstDictKeySource, e.g. a config dict whose first key is guarded)."""
+class DictEntryAt:
+    """A dict's key (`list(dict.keys(base))[index]`, Dynamo's
+    ConstDictKeySource: e.g. a config dict whose enum keys are guarded) or
+    value (`base[list(dict.keys(base))[index]]`) by position."""
 
     base: "Source"
     index: int
+    value: bool = False
 
     def __str__(self) -> str:
-        return f"list({self.base}.keys())[{self.index}]"
+        return f"list({self.base}.{'values' if self.value else 'keys'}())[{self.index}]"
 
 
-@dataclass(frozen=True)
-class DictValueAt:
-    """`list(dict.values(base))[index]`: a dict's value by position (Dynamo's
-    `d[list(dict.keys(d))[i]]`)."""
-
-    base: "Source"
-    index: int
-
-    def __str__(self) -> str:
-        return f"list({self.base}.values())[{self.index}]"
-
-
-Source = Union[Local, Global, ConstObj, Attr, Item, TypeOf, CallNoArgs, DictKeyAt,
-               DictValueAt]
+Source = Union[Local, Global, ConstObj, Attr, Item, TypeOf, CallNoArgs, DictEntryAt]
 
 # ------------------------------------------------ integer-valued properties
 
