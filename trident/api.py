@@ -6,7 +6,7 @@ import functools
 import inspect
 
 from . import config
-from .scm import SCM, Options
+from .scm import SCM, Options, launch_resolvers
 
 
 def jit(fn=None, *, strict: bool | None = None, max_versions: int | None = None,
@@ -73,4 +73,11 @@ def stats(f):
     return {"misses": scm.stats.misses, "captures": scm.stats.captures,
             "fallbacks": scm.stats.fallbacks, "versions": len(scm.versions), "hits": hits,
             "fallback_reason": scm.fallback_reason,
-            "compiled_units": list(scm.stats.compiled_units)}
+            "compiled_units": list(scm.stats.compiled_units),
+            # per selecting (autotuned) launch: variants by key, native-table
+            # misses (resolver calls), runs of the user's autotuner
+            "launch_variants": [
+                {"version": v.index, "kernel": ins.kernel, "variants": len(res.table),
+                 "table_misses": res.calls, "autotuner_runs": res.tuned,
+                 "python_only_keys": len(res.python_only)}
+                for v in scm.versions for ins, res in launch_resolvers(v)]}

@@ -250,6 +250,14 @@ class SCM:
         for v, (hits, failed) in zip(self.versions, stats):
             out.append(f"  hits={hits}" + (f" last failed guard=[{failed}]" if failed >= 0 else ""))
             out.append(print_version(v))
+            for launch, res in launch_resolvers(v):
+                out.append(f"    {launch.kernel}: {res.summary()}")
+                for key, cfg in list(res.configs.items())[:8]:
+                    out.append(f"      key {key}: {cfg}")
+                if len(res.configs) > 8:
+                    out.append(f"      ... {len(res.configs) - 8} more keys")
+                for key, why in list(res.python_only.items())[:4]:
+                    out.append(f"      key {key} launches through Triton: {why}")
         return "\n".join(out)
 
     def _dump(self, v: ir.Version, cap) -> None:
@@ -262,6 +270,12 @@ class SCM:
         _dump_text(f"{name}.guards.txt", "\n".join(
             f"{e.guard_type} {e.name}" for e in cap.guard_entries))
         _dump_text(f"{name}.ir.txt", print_version(v))
+
+
+def launch_resolvers(v: ir.Version) -> list:
+    """(TritonLaunch, Resolver) for each selecting launch of a version."""
+    return [(ins, v.consts[ins.select.resolver_const]) for ins in v.program
+            if isinstance(ins, ir.TritonLaunch) and ins.select is not None]
 
 
 def _builtins_of(fn) -> dict:

@@ -75,7 +75,44 @@ def _triton_version() -> ir.Version:
     return ir.Version(0, guards, program, ir.OutSlot(2), 3, consts=(object(), b"cubin"))
 
 
-@pytest.mark.parametrize("name,make", [("aten", _aten_version), ("triton", _triton_version)])
+def _triton_select_version() -> ir.Version:
+    # an @triton.autotune kernel over a dynamic size: the key (both pointers'
+    # alignment, n) selects the variant per call; one grid row per config
+    x = ir.Local(0, "x")
+    guards = (
+        ir.TensorMatch(x, 0, "Tensor", 6, "float32", 1, 0, "cuda:0", False, 0x2000000000002,
+                       (None,), (1,)),
+    )
+    s0 = ir.SymVar("s0")
+
+    def cdiv(b):
+        return ir.BinOp("//", ir.BinOp("+", s0, ir.IntConst(b - 1)), ir.IntConst(b))
+
+    select = ir.LaunchSelect(
+        resolver_const=2,
+        keys=(("X", ir.Slot(0), "ptr"), ("Y", ir.Slot(2), "ptr"), ("n", ir.Slot(1), "int")),
+        grids=((cdiv(128), ir.IntConst(1), ir.IntConst(1)),
+               (cdiv(1024), ir.IntConst(1), ir.IntConst(1))))
+    launch = ir.TritonLaunch(
+        kernel="scale", symbol="scale", cubin_const=1, num_warps=4,
+        num_ctas=1, shared=0, cooperative=False, pdl=False,
+        params=(ir.LaunchParam("X", "ptr", ir.Slot(0), True, 6),
+                ir.LaunchParam("Y", "ptr", ir.Slot(2), True, 6),
+                ir.LaunchParam("n", "i32", ir.Slot(1), False, -1),
+                ir.LaunchParam("s", "fp32", ir.ConstArg("double", 7.0), False, -1)),
+        grid=select.grids[0], config="config=BLOCK: 128, num_warps: 4", select=select)
+    program = (
+        ir.LoadTensor(0, x),
+        ir.SymDef("s0", ir.SymLeaf(ir.TensorSize(x, 0)), 1),
+        ir.Call("aten::empty_like", "", (ir.Slot(0),) + (ir.ConstArg("none", None),) * 5, (2,)),
+        launch,
+    )
+    return ir.Version(0, guards, program, ir.OutSlot(2), 3,
+                      consts=(object(), b"cubin", object()))
+
+
+@pytest.mark.parametrize("name,make", [("aten", _aten_version), ("triton", _triton_version),
+                                       ("triton_select", _triton_select_version)])
 def test_golden(name, make):
     v = make()
     text = print_version(v) + "\n\n" + generate([v]).text()
@@ -85,7 +122,7 @@ def test_golden(name, make):
     assert text == path.read_text()
 
 
-@pytest.mark.parametrize("make", [_aten_version, _triton_version])
+@pytest.mark.parametrize("make", [_aten_version, _triton_version, _triton_select_version])
 def test_generated_c_compiles(make):
     from trident.native.build import build_scm
 

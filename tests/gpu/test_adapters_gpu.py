@@ -162,15 +162,17 @@ def _autotuned(x):
     return y
 
 
-def test_autotune_key_over_changing_sizes_is_captured_static():
-    # the second size makes Dynamo's automatic dynamic kick in; the key reads it,
-    # so Trident captures static versions instead of refusing
+def test_autotune_key_over_changing_sizes_selects_per_call():
+    # the second size makes Dynamo's automatic dynamic kick in; the key reads
+    # it, so the dynamic version selects its config per call (ir.LaunchSelect)
+    # instead of one static version per size
     f = trident.jit(_autotuned, strict=True)
     for n in (256, 257, 4096, 257, 256, 10_000):
         x = torch.randn(n, device=DEV)
         torch.testing.assert_close(f(x), x * 7.0)
     st = trident.stats(f)
-    assert st["fallbacks"] == 0 and st["versions"] == 4
+    assert st["fallbacks"] == 0 and st["versions"] == 2, st
+    assert st["launch_variants"]
 
 
 def _grid4(x):

@@ -79,3 +79,102 @@ def test_aligned_view_passes(rt):
 def test_pointer_to_non_tensor_is_an_error(rt):
     with pytest.raises(TypeError):
         rt.launch_pack_for_test([param("ptr", 0)], [3])
+
+
+# ---- selecting launches (autotuned kernels whose key changes within a version)
+
+K = {"ptr": 0, "int": 1, "double": 2}
+
+
+class FakeResolver:
+    """Stands in for triton.launch.Resolver: maps a key to a variant whose
+    config (grid row) depends on n, as an autotuner keyed on n would."""
+
+    def __init__(self, launch_first=True):
+        self.calls = []
+        self.launch_first = launch_first
+
+    def __call__(self, key, operands, grids):
+        self.calls.append((key, operands, grids))
+        aligned, n = key
+        row = 0 if n < 1000 else 1
+        params = (param("ptr", 0, div16=aligned),
+                  param("i32", 1, div16=int(n % 16 == 0)))
+        variant = ("k", b"cubin", 4, 1, 0, 0, 0, row, params)
+        return (self.launch_first, variant)
+
+
+def test_select_resolves_each_key_once_and_picks_its_grid(rt):
+    res = FakeResolver()
+    x = torch.randn(4096)
+    grids = [(3, 1, 1), (5, 1, 1)]
+    calls = [[x, 100], [x, 100], [x, 5000], [x[1:], 100], [x, 5000], [x[1:], 100], [x, 100]]
+    got = rt.launch_select_for_test([(0, K["ptr"]), (1, K["int"])], res, grids, calls)
+    # the resolver ran for each new key only (and launched those calls itself)
+    assert [c[0] for c in res.calls] == [(1, 100), (1, 5000), (0, 100)]
+    assert got[0] is None and got[2] is None and got[3] is None
+    # operands and evaluated grids reach the resolver as Python values
+    key, operands, gs = res.calls[0]
+    assert operands[0] is x and operands[1] == 100 and gs == tuple(grids)
+    # later calls of a known key launch natively with that key's variant
+    for i, (ptr, n, row) in {1: (x, 100, 0), 4: (x, 5000, 1), 5: (x[1:], 100, 0),
+                             6: (x, 100, 0)}.items():
+        grid_row, packed = got[i]
+        assert grid_row == row
+        assert words(packed)[0] == struct.pack("<Q", ptr.data_ptr())
+        assert words(packed)[1][:4] == struct.pack("<i", n)
+
+
+def test_select_launches_the_variant_when_the_resolver_did_not(rt):
+    res = FakeResolver(launch_first=False)
+    x = torch.randn(64)
+    got = rt.launch_select_for_test([(0, K["ptr"]), (1, K["int"])], res, [(1, 1, 1), (2, 1, 1)],
+                                    [[x, 32]])
+    assert got[0][0] == 0 and len(res.calls) == 1
+
+
+@pytest.mark.parametrize("bad", ["not_tuple", "grid_out_of_range", "neither", "raises"])
+def test_select_resolver_errors_are_raised(rt, bad):
+    x = torch.randn(64)
+
+    def resolver(key, operands, grids):
+        if bad == "raises":
+            raise ValueError("from the autotuner")
+        if bad == "not_tuple":
+            return None
+        if bad == "neither":
+            return (False, None)
+        return (True, ("k", b"c", 4, 1, 0, 0, 0, 7, ()))
+
+    with pytest.raises((TypeError, RuntimeError, ValueError)):
+        rt.launch_select_for_test([(0, K["ptr"])], resolver, [(1, 1, 1)], [[x]])
+
+
+def test_select_key_reads_floats_and_rejects_non_tensors(rt):
+    seen = []
+
+    def resolver(key, operands, grids):
+        seen.append(key)
+        return (True, None)  # never cached: every call goes to the resolver
+
+    got = rt.launch_select_for_test([(0, K["double"])], resolver, [(1, 1, 1)], [[0.5], [0.5]])
+    assert got == [None, None]
+    assert seen[0] == seen[1] == (struct.unpack("<q", struct.pack("<d", 0.5))[0],)
+    with pytest.raises(TypeError):
+        rt.launch_select_for_test([(0, K["ptr"])], resolver, [(1, 1, 1)], [[3]])
+
+
+def test_key_of_matches_the_native_key(rt):
+    from trident.triton.launch import KEY_CODES, key_of
+
+    x = torch.randn(64)
+    seen = []
+
+    def resolver(key, operands, grids):
+        seen.append(key)
+        return (True, None)
+
+    for vals in ([x, 17, 0.25], [x[1:], 16, -1.0]):
+        rt.launch_select_for_test([(0, KEY_CODES["ptr"]), (1, KEY_CODES["int"]),
+                                   (2, KEY_CODES["double"])], resolver, [(1, 1, 1)], [vals])
+        assert seen[-1] == key_of(("ptr", "int", "double"), tuple(vals))

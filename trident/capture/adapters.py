@@ -194,11 +194,51 @@ def active(state: State):
             return _wrap_kernel_entry(self, value, None)
         return orig_wrap(self, value)
 
+    tuners: list = []  # the user's autotuner whose call Dynamo is tracing
+
     def call_triton_kernel(self, variable, args, kwargs, tx):
         args = [_as_kernel_arg(tx, a) for a in args]
         kwargs = {k: _as_kernel_arg(tx, v) for k, v in kwargs.items()}
         variable, kwargs = _apply_heuristics(self, variable, args, kwargs, tx)
+        k = variable.kernel
+        if _is_autotuner(k) and not hasattr(k, "_trident_orig_autotuner"):
+            tuners.append(k)
+            try:
+                return orig_call(self, variable, args, kwargs, tx)
+            finally:
+                tuners.pop()
         return orig_call(self, variable, args, kwargs, tx)
+
+    def maybe_unpack_heuristic_result(self, result):
+        # A heuristic over a symbolic size (FlagGems' `M % TILE_M == 0`): its
+        # value for this call becomes a constant of the version under a shape
+        # guard (Dynamo refuses it), so every size of the version agrees.
+        from torch._dynamo.variables.tensor import SymNodeVariable
+
+        if isinstance(result, SymNodeVariable):
+            return result.evaluate_expr()
+        return orig_unpack(self, result)
+
+    def autotune(*a, **kw):
+        # Dynamo rebuilds the user's autotuner (heuristics folded into its
+        # configs, key=[]); remember which one, so the SCM can let the user's
+        # own tuner choose the config per call (triton.launch.Resolver).
+        deco = orig_autotune(*a, **kw)
+
+        def wrap(fn):
+            tuner = deco(fn)
+            if tuners:
+                tuner._trident_orig_autotuner = tuners[-1]
+            return tuner
+
+        return wrap
+
+    try:
+        import triton.runtime.autotuner as TA
+    except ImportError:
+        TA = None
+    orig_autotune = TA.autotune if TA is not None else None
+    orig_unpack = hop.maybe_unpack_heuristic_result
 
     def call_method(self, tx, name, args, kwargs):
         level = _LEVELS.get(name)
@@ -267,9 +307,15 @@ def active(state: State):
     M.LoggingLoggerVariable.call_method = call_method
     hop.call_triton_kernel = call_triton_kernel
     hop.check_grid = check_grid
+    hop.maybe_unpack_heuristic_result = maybe_unpack_heuristic_result
+    if TA is not None:
+        TA.autotune = autotune
     try:
         yield state
     finally:
+        if TA is not None:
+            TA.autotune = orig_autotune
+        hop.maybe_unpack_heuristic_result = orig_unpack
         if orig_globals is not None:
             inl.get_globals_source_and_value = orig_globals
         OutputGraph.compile_subgraph = orig_compile
@@ -377,6 +423,14 @@ def _wrap_kernel_entry(builder, value, attr):
         # call (_apply_heuristics).
         pass
     return TritonKernelVariable(inner, None, None, source=builder.source)
+
+
+def _is_autotuner(k) -> bool:
+    try:
+        from triton.runtime.autotuner import Autotuner
+    except ImportError:
+        return False
+    return isinstance(k, Autotuner)
 
 
 def _is_bare_heuristics(k) -> bool:

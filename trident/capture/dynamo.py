@@ -371,6 +371,10 @@ def _triton_needs_static(gm) -> bool:
         if not _is_triton_node(n):
             continue
         k = kernel_side_table.get_kernel(n.kwargs["kernel_idx"])
+        from ..triton.launch import select_info
+
+        if select_info(k) is not None:
+            continue  # its config is chosen per call (ir.LaunchSelect)
         keys: set = set()
         heur = False
         while hasattr(k, "fn") and not hasattr(k, "device_caches"):
@@ -400,12 +404,41 @@ class _RecordingInterpreter(torch.fx.Interpreter):
 
     def call_function(self, target, args, kwargs):
         if "triton_kernel_wrapper" in str(target):
-            from ..triton.launch import LaunchRecord
+            from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
 
-            self.out.append(LaunchRecord(
+            from ..triton.launch import LaunchRecord, select_info
+
+            rec = LaunchRecord(
                 kernel_idx=kwargs["kernel_idx"], constant_args_idx=kwargs["constant_args_idx"],
-                grid=list(kwargs["grid"]), kwargs=dict(kwargs["kwargs"])))
+                grid=list(kwargs["grid"]), kwargs=dict(kwargs["kwargs"]))
+            self.out.append(rec)
+            kernel = kernel_side_table.get_kernel(rec.kernel_idx)
+            info = select_info(kernel)
+            if info is not None:
+                # Launch through the user's own autotuner (its cache and its
+                # choice for this key, as eager), not Dynamo's key-less copy.
+                dynamo_tuner, user_tuner, _jit = info
+                consts = dict(kernel_side_table.get_constant_args(rec.constant_args_idx))
+                grids = [tuple(g) + (1,) * (3 - len(g)) for g in rec.grid] or [(1, 1, 1)]
+                configs = dynamo_tuner.configs
+
+                def grid_fn(meta):
+                    for i, c in enumerate(configs):
+                        if all(meta.get(k, _MISSING) == v for k, v in c.kwargs.items()):
+                            return grids[i if len(grids) > 1 else 0]
+                    raise RuntimeError("trident: no captured grid for this autotune config")
+
+                user_tuner[grid_fn](**consts, **rec.kwargs)
+                rec.best_config = user_tuner.best_config
+                return None
+            out = super().call_function(target, args, kwargs)
+            if hasattr(kernel, "best_config"):
+                rec.best_config = kernel.best_config
+            return out
         return super().call_function(target, args, kwargs)
+
+
+_MISSING = object()
 
 
 def _first_line(e: BaseException) -> str:

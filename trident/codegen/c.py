@@ -310,9 +310,21 @@ class _VersionGen:
             self.side_effects = self.side_effects or ins.mutates
         elif isinstance(ins, ir.TritonLaunch):
             k = self._launch(ins)
-            g = [self.expr(e) for e in ins.grid]
-            self.lines.append(f"  ok = 1; gx = {g[0]}; gy = {g[1]}; gz = {g[2]}; if (!ok) goto bad_arg;")
-            self.lines.append(f"  rc = api->launch_call(S->launches[{k}], F, gx, gy, gz);  /* {ins.kernel} */")
+            if ins.select is None:
+                g = [self.expr(e) for e in ins.grid]
+                self.lines.append(f"  ok = 1; gx = {g[0]}; gy = {g[1]}; gz = {g[2]}; "
+                                  "if (!ok) goto bad_arg;")
+                self.lines.append(f"  rc = api->launch_call(S->launches[{k}], F, gx, gy, gz);"
+                                  f"  /* {ins.kernel} */")
+            else:
+                rows = ins.select.grids
+                self.lines.append(f"  {{ int64_t G[{3 * len(rows)}]; ok = 1;")
+                for r, row in enumerate(rows):
+                    self.lines.append("    " + " ".join(
+                        f"G[{3 * r + d}] = {self.expr(e)};" for d, e in enumerate(row)))
+                self.lines.append("    if (!ok) goto bad_arg;")
+                self.lines.append(f"    rc = api->launch_select(S->launches[{k}], F, G, "
+                                  f"{len(rows)}); }}  /* {ins.kernel}, selecting */")
             if self.side_effects:
                 self.lines.append(
                     "  if (rc == TRT_PRECONDITION) { PyErr_SetString(PyExc_RuntimeError, "
@@ -343,9 +355,16 @@ class _VersionGen:
         stmts = ["  {"]
         stmts.append(f"    static const trt_launch_param p[] = {{{', '.join(ps) or '{0}'}}};")
         cub = f"S->K[{t.cubin_const}]"
+        sel = "NULL, 0, NULL"
+        if t.select is not None:
+            from ..triton.launch import KEY_CODES
+
+            ks = ", ".join(f"{{{a.index}, {KEY_CODES[kind]}}}" for _n, a, kind in t.select.keys)
+            stmts.append(f"    static const trt_launch_key keys[] = {{{ks or '{0, 0}'}}};")
+            sel = f"S->K[{t.select.resolver_const}], {len(t.select.keys)}, keys"
         stmts.append(f"    trt_launch_spec s = {{{_cstr(t.symbol)}, PyBytes_AS_STRING({cub}), "
                      f"(int64_t)PyBytes_GET_SIZE({cub}), {t.num_warps}, {t.num_ctas}, {t.shared}, "
-                     f"{int(t.cooperative)}, {int(t.pdl)}, {len(t.params)}, p}};")
+                     f"{int(t.cooperative)}, {int(t.pdl)}, {len(t.params)}, p, {sel}}};")
         stmts.append(f"    S->launches[{k}] = api->launch_new(&s);")
         stmts.append(f"    if (!S->launches[{k}]) goto fail;")
         stmts.append("  }")

@@ -207,14 +207,69 @@ class _Lowering:
         self.nlaunch += 1
         if k >= len(self.launches):
             raise UnsupportedError("a Triton launch in the graph was not recorded at capture")
-        res = resolve(self.launches[k])
+        rec = self.launches[k]
+        res = resolve(rec)
         kw = node.kwargs
         grids = kw["grid"]
-        grid = grids[res.grid_index] if grids else (1, 1, 1)
+        grid = grids[res.grid_index] if len(grids) > 1 else (grids[0] if grids else (1, 1, 1))
         grid = tuple(grid) + (1,) * (3 - len(grid))
         grid_exprs = tuple(self.sym_operand(g) for g in grid)
-        self.program.append(lower_launch(res, dict(kw["kwargs"]), grid_exprs,
-                                         lambda v: self.arg(v, None), self.rt, self.consts))
+        node_kwargs = dict(kw["kwargs"])
+        select = self.launch_select(rec, node_kwargs, grids, res)
+        self.program.append(lower_launch(res, node_kwargs, grid_exprs,
+                                         lambda v: self.arg(v, None), self.rt, self.consts,
+                                         select=select))
+
+    def launch_select(self, rec, node_kwargs: dict, grids, res):
+        """An ir.LaunchSelect for an autotuned launch with symbolic operands
+        (its config, specialisation and grid then vary per call), else None."""
+        from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
+
+        from ..triton.launch import Resolver, key_of, select_info
+
+        kernel = kernel_side_table.get_kernel(rec.kernel_idx)
+        info = select_info(kernel)
+        if info is None:
+            return None
+        dynamo_tuner, user_tuner, jit = info
+        keys, names, kinds, args = [], [], [], {}
+        symbolic = False
+        for name, v in node_kwargs.items():
+            if not isinstance(v, torch.fx.Node):
+                continue
+            ex = v.meta.get("val", v.meta.get("example_value"))
+            if isinstance(ex, torch.Tensor):
+                kind = "ptr"
+            elif isinstance(ex, (float, torch.SymFloat)):
+                kind, symbolic = "double", True
+            else:
+                kind, symbolic = "int", True
+            a = self.arg(v, None)
+            keys.append((name, a, kind))
+            names.append(name)
+            kinds.append(kind)
+            args[name] = a
+        if not symbolic:
+            return None  # every key value is fixed by the version's guards
+        if len(grids) not in (1, len(dynamo_tuner.configs)):
+            raise UnsupportedError("autotuned launch: Dynamo's grids do not match its configs")
+        rows = []
+        for g in (grids or [(1, 1, 1)]):
+            g = tuple(g) + (1,) * (3 - len(g))
+            rows.append(tuple(self.sym_operand(x) for x in g))
+        consts = dict(kernel_side_table.get_constant_args(rec.constant_args_idx))
+        consts.update({n: v for n, v in node_kwargs.items() if not isinstance(v, torch.fx.Node)})
+        resolver = Resolver(dynamo_tuner, user_tuner, jit, names, kinds, consts, args, self.rt,
+                            len(rows))
+        # seed the table with the capturing call's own variant
+        real = {**consts, **rec.kwargs}
+        key = key_of(tuple(kinds), tuple(rec.kwargs[n] for n in names))
+        best = rec.best_config or user_tuner.best_config
+        real_grids = [tuple(g) + (1,) * (3 - len(g)) for g in rec.grid] or [(1, 1, 1)]
+        if resolver.variant(key, real, best, real_grids) is None:
+            raise UnsupportedError(f"autotuned launch of {jit.fn.__qualname__}: "
+                                   f"{resolver.python_only.get(key)}")
+        return ir.LaunchSelect(self.consts.add(resolver), tuple(keys), tuple(rows))
 
     def node(self, node) -> None:
         t = node.target

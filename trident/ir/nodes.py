@@ -527,12 +527,35 @@ class TritonLaunch:
     params: tuple
     grid: tuple     # three SymExpr
     config: str     # the autotune config / constexprs chosen at capture, for humans
+    select: "LaunchSelect | None" = None  # chooses its variant per call (autotuned)
 
     def __str__(self) -> str:
         g = ", ".join(map(str, self.grid))
-        return (f"launch {self.kernel}[{g}]({', '.join(map(str, self.params))}) "
-                f"warps={self.num_warps} ctas={self.num_ctas} shared={self.shared}"
-                + (f" {self.config}" if self.config else ""))
+        s = (f"launch {self.kernel}[{g}]({', '.join(map(str, self.params))}) "
+             f"warps={self.num_warps} ctas={self.num_ctas} shared={self.shared}"
+             + (f" {self.config}" if self.config else ""))
+        if self.select is not None:
+            s += f"\n      {self.select}"
+        return s
+
+
+@dataclass(frozen=True)
+class LaunchSelect:
+    """An @triton.autotune launch whose key reads values that change within
+    the version: each call computes its key natively (every symbolic int's
+    value, each pointer's 16-byte alignment) and launches the variant that key
+    maps to; a new key calls the resolver (the user's autotuner, as eager
+    would).  The launch's own CUBIN and params above are the capturing call's
+    variant, shown for humans and seeded into the resolver's table."""
+
+    resolver_const: int   # K index of the triton.launch.Resolver
+    keys: tuple           # ((name, Slot, kind)), kind: ptr | int | double
+    grids: tuple          # per config row: three SymExpr
+
+    def __str__(self) -> str:
+        ks = ", ".join(f"{n}:{k}={a}" for n, a, k in self.keys)
+        return (f"select key({ks}) over {len(self.grids)} grid rows, "
+                f"variants by K[{self.resolver_const}]")
 
 
 Instr = Union[LoadTensor, LoadScalar, SymDef, SymFromSlot, Call, ListItem, TritonLaunch]

@@ -237,6 +237,14 @@ PyObject* frame_to_py(trt_frame* f, int32_t slot) {
   END_HANDLE_TH_ERRORS
 }
 
+}  // namespace
+
+namespace trident {
+PyObject* slot_to_py(trt_frame* f, int32_t slot) { return frame_to_py(f, slot); }
+}  // namespace trident
+
+namespace {
+
 // ------------------------------------------------------------- operators ----
 
 enum class ElemKind { Int, Double, Bool, Tensor, OptTensor, Generic };
@@ -523,7 +531,7 @@ const trt_api kApi = {
     TRT_ABI_VERSION, tensor_match,   tensor_meta,    tensor_prop, global_state_snapshot, frame_acquire,
     frame_release,   frame_set_tensor, frame_set_int, frame_set_double,  frame_get_int,
     frame_list_item, frame_to_py,    op_new,         op_free,            op_call,
-    trident::launch_new, trident::launch_call, trident::launch_free};
+    trident::launch_new, trident::launch_call, trident::launch_free, trident::launch_select};
 
 // ---------------------------------------------------------------- Module ----
 
@@ -938,7 +946,7 @@ PyObject* py_launch_pack_for_test(PyObject*, PyObject* args) {
     ps.push_back(p);
   }
   trt_launch_spec spec = {"test", "", 0, 4, 1, 0, 0, 0, static_cast<int32_t>(ps.size()),
-                          ps.data()};
+                          ps.data(), nullptr, 0, nullptr};
   trt_launch* l = trident::launch_new(&spec);
   if (!l) return nullptr;
   trt_frame* f = frame_acquire(static_cast<int32_t>(PyList_GET_SIZE(values)));
@@ -958,6 +966,66 @@ PyObject* py_launch_pack_for_test(PyObject*, PyObject* args) {
   END_HANDLE_TH_ERRORS
 }
 
+// launch_select_for_test(keys, resolver, grids, calls): one selecting launch
+// (keys: [(slot, kind)]) run over several calls without a GPU.  calls: a list
+// of frames (lists of tensors, ints, floats); grids: [(gx, gy, gz)] rows.
+// Returns, per call, what launch_select would do: None when the resolver
+// launched, ("precondition",), or (grid_index, packed parameter bytes).
+PyObject* py_launch_select_for_test(PyObject*, PyObject* args) {
+  PyObject *keys, *resolver, *grids, *calls;
+  if (!PyArg_ParseTuple(args, "O!OO!O!", &PyList_Type, &keys, &resolver, &PyList_Type, &grids,
+                        &PyList_Type, &calls))
+    return nullptr;
+  HANDLE_TH_ERRORS
+  std::vector<trt_launch_key> ks;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys); ++i) {
+    trt_launch_key k;
+    if (!PyArg_ParseTuple(PyList_GET_ITEM(keys, i), "ii", &k.slot, &k.kind)) return nullptr;
+    ks.push_back(k);
+  }
+  std::vector<int64_t> g;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(grids); ++i) {
+    long long x, y, z;
+    if (!PyArg_ParseTuple(PyList_GET_ITEM(grids, i), "LLL", &x, &y, &z)) return nullptr;
+    g.insert(g.end(), {x, y, z});
+  }
+  trt_launch_spec spec = {"", "", 0, 1, 1, 0, 0, 0, 0, nullptr, resolver,
+                          static_cast<int32_t>(ks.size()), ks.data()};
+  trt_launch* l = trident::launch_new(&spec);
+  if (!l) return nullptr;
+  PyObject* out = PyList_New(0);
+  for (Py_ssize_t c = 0; out && c < PyList_GET_SIZE(calls); ++c) {
+    PyObject* values = PyList_GET_ITEM(calls, c);
+    if (!PyList_Check(values)) {
+      PyErr_SetString(PyExc_TypeError, "calls must be lists");
+      Py_CLEAR(out);
+      break;
+    }
+    trt_frame* f = frame_acquire(static_cast<int32_t>(PyList_GET_SIZE(values)));
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values); ++i) {
+      PyObject* v = PyList_GET_ITEM(values, i);
+      if (THPVariable_Check(v))
+        frame_set_tensor(f, static_cast<int32_t>(i), v);
+      else if (PyFloat_Check(v))
+        frame_set_double(f, static_cast<int32_t>(i), PyFloat_AsDouble(v));
+      else
+        frame_set_int(f, static_cast<int32_t>(i), PyLong_AsLongLong(v));
+    }
+    PyObject* r = trident::launch_select_for_test(l, f, g.data(),
+                                                  static_cast<int32_t>(g.size() / 3));
+    frame_release(f);
+    if (!r || PyList_Append(out, r) < 0) {
+      Py_XDECREF(r);
+      Py_CLEAR(out);
+      break;
+    }
+    Py_DECREF(r);
+  }
+  trident::launch_free(l);
+  return out;
+  END_HANDLE_TH_ERRORS
+}
+
 PyObject* py_api_address(PyObject*, PyObject*) {
   return PyLong_FromVoidPtr(const_cast<trt_api*>(&kApi));
 }
@@ -969,6 +1037,8 @@ PyMethodDef rt_methods[] = {
     {"enum_code", py_enum_code, METH_O, "C++ enum value of a dtype/layout/memory_format/device"},
     {"launch_pack_for_test", py_launch_pack_for_test, METH_VARARGS,
      "pack Triton launch parameters without a GPU (tests)"},
+    {"launch_select_for_test", py_launch_select_for_test, METH_VARARGS,
+     "run a selecting Triton launch over several calls without a GPU (tests)"},
     {"api_address", py_api_address, METH_NOARGS, "address of the trt_api table"},
     {nullptr, nullptr, 0, nullptr}};
 

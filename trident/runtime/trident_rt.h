@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct or the api table below changes shape. */
-#define TRT_ABI_VERSION 5
+#define TRT_ABI_VERSION 6
 
 /* Status codes returned by an SCM entry through its `status` argument. */
 enum {
@@ -93,6 +93,17 @@ typedef struct trt_launch_param {
   int32_t dtype;  /* TRT_P_PTR: the c10::ScalarType the CUBIN was compiled for; -1: any */
 } trt_launch_param;
 
+/* One part of a selecting launch's key, read from a frame slot. */
+enum {
+  TRT_K_PTR = 0,    /* a tensor: 1 if its data pointer is 16-byte aligned, else 0 */
+  TRT_K_INT = 1,    /* an int (or bool): its value */
+  TRT_K_DOUBLE = 2  /* a float: its bits */
+};
+typedef struct trt_launch_key {
+  int32_t slot;
+  int32_t kind;
+} trt_launch_key;
+
 typedef struct trt_launch_spec {
   const char *name;      /* kernel symbol in the CUBIN */
   const char *cubin;
@@ -100,6 +111,20 @@ typedef struct trt_launch_spec {
   int32_t num_warps, num_ctas, shared, cooperative, pdl;
   int32_t nparams;
   const trt_launch_param *params;
+  /* A selecting launch (an @triton.autotune kernel whose key reads values
+     that change within the version): `resolver` is not NULL and the CUBIN
+     above is unused.  Each call computes its key from the `nkeys` slots
+     (every value Triton's autotuner, binder and specialisation read) and
+     launches the variant the key maps to.  A key seen for the first time
+     calls resolver(key, operands, grids) -> (launched, variant | None):
+     Triton's own autotuner picks the configuration (benchmarking a new key as
+     eager does) and `variant` = (symbol, cubin, num_warps, num_ctas, shared,
+     cooperative, pdl, grid_index, params) is kept for the key.  `launched`
+     says the resolver already launched this call's kernel.  Borrowed: the
+     version's constant pool owns it. */
+  PyObject *resolver;
+  int32_t nkeys;
+  const trt_launch_key *keys;
 } trt_launch_spec;
 
 /* launch_call's result when a precondition failed (nothing was launched). */
@@ -191,6 +216,10 @@ typedef struct trt_api {
      exception), or TRT_FAIL with a Python exception. */
   int (*launch_call)(trt_launch *l, trt_frame *f, int64_t gx, int64_t gy, int64_t gz);
   void (*launch_free)(trt_launch *l);
+  /* A selecting launch (resolver != NULL): `grids` holds ngrids x 3 grid
+     dimensions, one row per autotune configuration; the selected variant
+     names its row.  Returns as launch_call. */
+  int (*launch_select)(trt_launch *l, trt_frame *f, const int64_t *grids, int32_t ngrids);
 } trt_api;
 
 /*

@@ -17,6 +17,14 @@ namespace trident {
 trt_launch* launch_new(const trt_launch_spec* spec);
 int launch_call(trt_launch* l, trt_frame* f, int64_t gx, int64_t gy, int64_t gz);
 void launch_free(trt_launch* l);
+int launch_select(trt_launch* l, trt_frame* f, const int64_t* grids, int32_t ngrids);
+// The selection of launch_select without launching (CPU tests): Python None
+// when the resolver launched, else (grid_index, packed parameter bytes), or
+// None-with-precondition as ("precondition",).
+PyObject* launch_select_for_test(trt_launch* l, trt_frame* f, const int64_t* grids,
+                                 int32_t ngrids);
+// New reference to the Python object in a frame slot (trident_rt.cpp).
+PyObject* slot_to_py(trt_frame* f, int32_t slot);
 // Pack one launch's parameters without launching: for CPU tests of the
 // launch ABI.  Returns bytes (8 per passed parameter) or raises.
 PyObject* launch_pack_for_test(trt_launch* l, trt_frame* f);

@@ -12,6 +12,7 @@
 // range, pointer element type).  A failed check returns TRT_PRECONDITION
 // and launches nothing: the SCM turns it into a specialization miss.
 
+#define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <dlfcn.h>
 
@@ -22,8 +23,10 @@
 
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "trident_rt_internal.h"
@@ -38,12 +41,31 @@
 constexpr int kMaxParams = 128;
 constexpr int kMaxDevices = 64;
 
-struct trt_launch {
+// One CUBIN and how to launch it.
+struct trt_kernel {
   std::string name;
   std::string cubin;
-  int32_t num_warps, num_ctas, shared, cooperative, pdl;
+  int32_t num_warps = 1, num_ctas = 1, shared = 0, cooperative = 0, pdl = 0;
   std::vector<trt_launch_param> params;
   void* function[kMaxDevices] = {nullptr};
+};
+
+// A selecting launch's variant: the kernel one key maps to.
+struct trt_variant {
+  std::vector<int64_t> key;
+  trt_kernel kernel;
+  int32_t grid = 0;  // which row of the grids this variant's configuration uses
+};
+
+struct trt_launch {
+  trt_kernel base;                // a fixed launch (resolver == nullptr)
+  PyObject* resolver = nullptr;   // owned reference; see trt_launch_spec
+  std::vector<trt_launch_key> keys;
+  // Variants by key hash; unique_ptr keeps them in place while the table grows
+  // (the resolver runs Python, which may let another thread in).
+  std::vector<std::unique_ptr<trt_variant>> variants;
+  std::unordered_multimap<uint64_t, size_t> index;
+  size_t last = SIZE_MAX;  // the variant the previous call used
 };
 
 namespace trident {
@@ -53,7 +75,7 @@ enum PackResult { kPacked = 0, kPrecondition = 1, kError = 2 };
 
 // Fills storage[] (8 bytes per passed parameter).  *device gets the CUDA
 // device index of the first pointer argument (-1 if none).
-PackResult pack(const trt_launch* l, trt_frame* f, uint64_t* storage, int* nstored, int* device,
+PackResult pack(const trt_kernel* l, trt_frame* f, uint64_t* storage, int* nstored, int* device,
                 bool require_cuda) {
   int n = 0;
   *device = -1;
@@ -188,7 +210,7 @@ bool check(Driver* d, CUresult r, const char* what) {
   return false;
 }
 
-CUfunction load_function(Driver* d, trt_launch* l, int device) {
+CUfunction load_function(Driver* d, trt_kernel* l, int device) {
   static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);
   if (l->function[device]) return static_cast<CUfunction>(l->function[device]);
@@ -234,28 +256,33 @@ CUfunction load_function(Driver* d, trt_launch* l, int device) {
 
 }  // namespace
 
-trt_launch* launch_new(const trt_launch_spec* s) {
-  if (s->nparams > kMaxParams) {
+namespace {
+
+bool fill_kernel(trt_kernel* k, const char* name, const char* cubin, size_t cubin_size,
+                 int32_t num_warps, int32_t num_ctas, int32_t shared, int32_t cooperative,
+                 int32_t pdl, const trt_launch_param* params, int32_t nparams) {
+  if (nparams > kMaxParams) {
     PyErr_SetString(PyExc_RuntimeError, "trident: too many Triton kernel parameters");
-    return nullptr;
+    return false;
   }
-  auto* l = new trt_launch();
-  l->name = s->name;
-  l->cubin.assign(s->cubin, static_cast<size_t>(s->cubin_size));
-  l->num_warps = s->num_warps;
-  l->num_ctas = s->num_ctas;
-  l->shared = s->shared;
-  l->cooperative = s->cooperative;
-  l->pdl = s->pdl;
-  l->params.assign(s->params, s->params + s->nparams);
-  return l;
+  if (num_warps < 1 || num_ctas < 1) {
+    PyErr_SetString(PyExc_RuntimeError, "trident: bad Triton launch metadata");
+    return false;
+  }
+  k->name = name;
+  k->cubin.assign(cubin, cubin_size);
+  k->num_warps = num_warps;
+  k->num_ctas = num_ctas;
+  k->shared = shared;
+  k->cooperative = cooperative;
+  k->pdl = pdl;
+  k->params.assign(params, params + nparams);
+  return true;
 }
 
-void launch_free(trt_launch* l) { delete l; }
-
-int launch_call(trt_launch* l, trt_frame* f, int64_t gx, int64_t gy, int64_t gz) {
+// Launches `k` on the current stream of its tensors' device.
+int launch_kernel(trt_kernel* l, trt_frame* f, int64_t gx, int64_t gy, int64_t gz) {
 #ifdef TRT_WITH_CUDA
-  HANDLE_TH_ERRORS
   uint64_t storage[kMaxParams];
   void* params[kMaxParams + 2];
   int n = 0, device = -1;
@@ -315,7 +342,6 @@ int launch_call(trt_launch* l, trt_frame* f, int64_t gx, int64_t gy, int64_t gz)
   cfg.numAttrs = na;
   if (!check(d, d->launchKernelEx(&cfg, fn, params, nullptr), "cuLaunchKernelEx")) return TRT_FAIL;
   return TRT_OK;
-  END_HANDLE_TH_ERRORS_RET(TRT_FAIL)
 #else
   (void)l; (void)f; (void)gx; (void)gy; (void)gz;
   PyErr_SetString(PyExc_RuntimeError,
@@ -324,14 +350,259 @@ int launch_call(trt_launch* l, trt_frame* f, int64_t gx, int64_t gy, int64_t gz)
 #endif
 }
 
+constexpr uint64_t kFnvBasis = 1469598103934665603ull;
+constexpr uint64_t kFnvPrime = 1099511628211ull;
+
+// Computes the key of this call.  false with a Python exception when a slot
+// does not hold what the key expects.
+bool compute_key(const trt_launch* l, trt_frame* f, int64_t* key, uint64_t* hash) {
+  uint64_t h = kFnvBasis;
+  for (size_t i = 0; i < l->keys.size(); ++i) {
+    const trt_launch_key& k = l->keys[i];
+    const c10::IValue& v = f->slots[k.slot];
+    int64_t x = 0;
+    if (k.kind == TRT_K_PTR) {
+      if (!v.isTensor()) {
+        PyErr_SetString(PyExc_TypeError, "trident: a Triton pointer argument is not a tensor");
+        return false;
+      }
+      x = (reinterpret_cast<uintptr_t>(v.toTensor().data_ptr()) % 16) == 0;
+    } else if (k.kind == TRT_K_INT) {
+      if (v.isBool()) {
+        x = v.toBool();
+      } else if (v.isInt()) {
+        x = v.toInt();
+      } else {
+        PyErr_SetString(PyExc_TypeError, "trident: a Triton integer argument is not an int");
+        return false;
+      }
+    } else if (k.kind == TRT_K_DOUBLE) {
+      double d = 0.0;
+      if (v.isDouble()) {
+        d = v.toDouble();
+      } else if (v.isInt()) {
+        d = static_cast<double>(v.toInt());
+      } else {
+        PyErr_SetString(PyExc_TypeError, "trident: a Triton float argument is not a number");
+        return false;
+      }
+      std::memcpy(&x, &d, sizeof(x));
+    } else {
+      PyErr_Format(PyExc_RuntimeError, "trident: bad launch key kind %d", k.kind);
+      return false;
+    }
+    key[i] = x;
+    h = (h ^ static_cast<uint64_t>(x)) * kFnvPrime;
+  }
+  *hash = h;
+  return true;
+}
+
+bool same_key(const trt_variant& v, const int64_t* key, size_t n) {
+  return v.key.size() == n && (n == 0 || std::memcmp(v.key.data(), key, n * sizeof(int64_t)) == 0);
+}
+
+// Parses the resolver's variant tuple into `v` (key set by the caller).
+bool parse_variant(PyObject* t, trt_variant* v, int32_t ngrids) {
+  const char* name = nullptr;
+  PyObject* cubin = nullptr;
+  PyObject* params = nullptr;
+  int nw, nc, sh, coop, pdl, grid;
+  if (!PyTuple_Check(t) ||
+      !PyArg_ParseTuple(t, "sO!iiiiiiO!", &name, &PyBytes_Type, &cubin, &nw, &nc, &sh, &coop,
+                        &pdl, &grid, &PyTuple_Type, &params)) {
+    if (!PyErr_Occurred())
+      PyErr_SetString(PyExc_TypeError, "trident: a launch resolver returned a bad variant");
+    return false;
+  }
+  if (grid < 0 || grid >= ngrids) {
+    PyErr_Format(PyExc_RuntimeError, "trident: variant grid %d out of range (%d grids)", grid,
+                 ngrids);
+    return false;
+  }
+  std::vector<trt_launch_param> ps;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(params); ++i) {
+    trt_launch_param p;
+    long long ival;
+    if (!PyArg_ParseTuple(PyTuple_GET_ITEM(params, i), "iiLdii", &p.kind, &p.slot, &ival,
+                          &p.dval, &p.div16, &p.dtype))
+      return false;
+    p.ival = ival;
+    ps.push_back(p);
+  }
+  v->grid = grid;
+  return fill_kernel(&v->kernel, name, PyBytes_AS_STRING(cubin),
+                     static_cast<size_t>(PyBytes_GET_SIZE(cubin)), nw, nc, sh, coop, pdl,
+                     ps.data(), static_cast<int32_t>(ps.size()));
+}
+
+// Calls the resolver for a key not in the table.  Returns 1 if the resolver
+// launched this call itself, 0 with *out set to the variant to launch, -1 on
+// error.
+int resolve_key(trt_launch* l, trt_frame* f, const int64_t* key, uint64_t hash,
+                const int64_t* grids, int32_t ngrids, trt_variant** out) {
+  const size_t nk = l->keys.size();
+  PyObject* keyt = PyTuple_New(static_cast<Py_ssize_t>(nk));
+  PyObject* ops = PyTuple_New(static_cast<Py_ssize_t>(nk));
+  PyObject* gs = PyTuple_New(ngrids);
+  PyObject* res = nullptr;
+  int rc = -1;
+  if (!keyt || !ops || !gs) goto done;
+  for (size_t i = 0; i < nk; ++i) {
+    PyObject* k = PyLong_FromLongLong(key[i]);
+    if (!k) goto done;
+    PyTuple_SET_ITEM(keyt, i, k);
+    PyObject* o = slot_to_py(f, l->keys[i].slot);
+    if (!o) goto done;
+    PyTuple_SET_ITEM(ops, i, o);
+  }
+  for (int32_t g = 0; g < ngrids; ++g) {
+    PyObject* row = Py_BuildValue("(LLL)", static_cast<long long>(grids[3 * g]),
+                                  static_cast<long long>(grids[3 * g + 1]),
+                                  static_cast<long long>(grids[3 * g + 2]));
+    if (!row) goto done;
+    PyTuple_SET_ITEM(gs, g, row);
+  }
+  res = PyObject_CallFunctionObjArgs(l->resolver, keyt, ops, gs, nullptr);
+  if (!res) goto done;
+  {
+    if (!PyTuple_Check(res) || PyTuple_GET_SIZE(res) != 2) {
+      PyErr_SetString(PyExc_TypeError, "trident: a launch resolver must return (launched, variant)");
+      goto done;
+    }
+    const int launched = PyObject_IsTrue(PyTuple_GET_ITEM(res, 0));
+    if (launched < 0) goto done;
+    PyObject* vt = PyTuple_GET_ITEM(res, 1);
+    trt_variant* v = nullptr;
+    if (vt != Py_None) {
+      auto nv = std::make_unique<trt_variant>();
+      nv->key.assign(key, key + nk);
+      if (!parse_variant(vt, nv.get(), ngrids)) goto done;
+      v = nv.get();
+      l->index.emplace(hash, l->variants.size());
+      l->variants.push_back(std::move(nv));
+    }
+    if (launched) {
+      rc = 1;
+    } else if (!v) {
+      PyErr_SetString(PyExc_RuntimeError,
+                      "trident: a launch resolver neither launched nor gave a variant");
+    } else {
+      *out = v;
+      rc = 0;
+    }
+  }
+done:
+  Py_XDECREF(keyt);
+  Py_XDECREF(ops);
+  Py_XDECREF(gs);
+  Py_XDECREF(res);
+  return rc;
+}
+
+// The variant for this call: 0 with *out set, 1 when the resolver already
+// launched, -1 on error.
+int select_variant(trt_launch* l, trt_frame* f, const int64_t* grids, int32_t ngrids,
+                   trt_variant** out) {
+  int64_t key[kMaxParams];
+  uint64_t hash = 0;
+  if (l->keys.size() > static_cast<size_t>(kMaxParams)) {
+    PyErr_SetString(PyExc_RuntimeError, "trident: launch key too long");
+    return -1;
+  }
+  if (!compute_key(l, f, key, &hash)) return -1;
+  const size_t nk = l->keys.size();
+  if (l->last < l->variants.size() && same_key(*l->variants[l->last], key, nk)) {
+    *out = l->variants[l->last].get();
+    return 0;
+  }
+  auto range = l->index.equal_range(hash);
+  for (auto it = range.first; it != range.second; ++it) {
+    if (same_key(*l->variants[it->second], key, nk)) {
+      l->last = it->second;
+      *out = l->variants[it->second].get();
+      return 0;
+    }
+  }
+  return resolve_key(l, f, key, hash, grids, ngrids, out);
+}
+
+}  // namespace
+
+trt_launch* launch_new(const trt_launch_spec* s) {
+  auto l = std::make_unique<trt_launch>();
+  if (s->resolver) {
+    if (s->nkeys > kMaxParams) {
+      PyErr_SetString(PyExc_RuntimeError, "trident: launch key too long");
+      return nullptr;
+    }
+    l->keys.assign(s->keys, s->keys + s->nkeys);
+    Py_INCREF(s->resolver);
+    l->resolver = s->resolver;
+    return l.release();
+  }
+  if (!fill_kernel(&l->base, s->name, s->cubin, static_cast<size_t>(s->cubin_size), s->num_warps,
+                   s->num_ctas, s->shared, s->cooperative, s->pdl, s->params, s->nparams))
+    return nullptr;
+  return l.release();
+}
+
+void launch_free(trt_launch* l) {
+  if (!l) return;
+  Py_XDECREF(l->resolver);
+  delete l;
+}
+
+int launch_call(trt_launch* l, trt_frame* f, int64_t gx, int64_t gy, int64_t gz) {
+  HANDLE_TH_ERRORS
+  if (l->resolver) {
+    PyErr_SetString(PyExc_RuntimeError, "trident: launch_call on a selecting launch");
+    return TRT_FAIL;
+  }
+  return launch_kernel(&l->base, f, gx, gy, gz);
+  END_HANDLE_TH_ERRORS_RET(TRT_FAIL)
+}
+
+int launch_select(trt_launch* l, trt_frame* f, const int64_t* grids, int32_t ngrids) {
+  HANDLE_TH_ERRORS
+  if (!l->resolver) {
+    PyErr_SetString(PyExc_RuntimeError, "trident: launch_select on a fixed launch");
+    return TRT_FAIL;
+  }
+  trt_variant* v = nullptr;
+  const int r = select_variant(l, f, grids, ngrids, &v);
+  if (r < 0) return TRT_FAIL;
+  if (r == 1) return TRT_OK;
+  const int64_t* g = grids + 3 * v->grid;
+  return launch_kernel(&v->kernel, f, g[0], g[1], g[2]);
+  END_HANDLE_TH_ERRORS_RET(TRT_FAIL)
+}
+
 PyObject* launch_pack_for_test(trt_launch* l, trt_frame* f) {
   HANDLE_TH_ERRORS
   uint64_t storage[kMaxParams];
   int n = 0, device = -1;
-  const PackResult r = pack(l, f, storage, &n, &device, /*require_cuda=*/false);
+  const PackResult r = pack(&l->base, f, storage, &n, &device, /*require_cuda=*/false);
   if (r == kError) return nullptr;
   if (r == kPrecondition) Py_RETURN_NONE;
   return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(storage), 8 * n);
+  END_HANDLE_TH_ERRORS
+}
+
+PyObject* launch_select_for_test(trt_launch* l, trt_frame* f, const int64_t* grids,
+                                 int32_t ngrids) {
+  HANDLE_TH_ERRORS
+  trt_variant* v = nullptr;
+  const int r = select_variant(l, f, grids, ngrids, &v);
+  if (r < 0) return nullptr;
+  if (r == 1) Py_RETURN_NONE;
+  uint64_t storage[kMaxParams];
+  int n = 0, device = -1;
+  const PackResult p = pack(&v->kernel, f, storage, &n, &device, /*require_cuda=*/false);
+  if (p == kError) return nullptr;
+  if (p == kPrecondition) return Py_BuildValue("(s)", "precondition");
+  return Py_BuildValue("(iy#)", v->grid, reinterpret_cast<const char*>(storage),
+                       static_cast<Py_ssize_t>(8 * n));
   END_HANDLE_TH_ERRORS
 }
 

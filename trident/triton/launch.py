@@ -11,6 +11,7 @@ divisibility, equality to 1, dtype) the CUBIN was specialised on.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 import torch
@@ -39,6 +40,7 @@ class LaunchRecord:
     constant_args_idx: int
     grid: list
     kwargs: dict
+    best_config: object = None  # the config the user's autotuner chose for this launch
 
 
 @dataclass
@@ -82,11 +84,16 @@ def resolve(rec: LaunchRecord) -> Resolved:
     k = kernel
     while not isinstance(k, JITFunction):
         if isinstance(k, Autotuner):
-            best = getattr(k, "best_config", None)
+            best = rec.best_config or getattr(k, "best_config", None)
             if best is None:
                 raise UnsupportedError("autotuner has no best_config after the capturing call")
             if best in k.configs:
                 grid_index = k.configs.index(best)
+            else:  # chosen by the user's autotuner; Dynamo's copy has its configs
+                c = config_index(k.configs, best)
+                if c is None:
+                    raise UnsupportedError("the autotuner chose a config Dynamo's copy lacks")
+                grid_index, best = c, k.configs[c]
             values.update(best.all_kwargs())
             key = list(k.keys) if hasattr(k, "keys") else list(getattr(k, "key", []))
             config = f"config={best}"
@@ -116,43 +123,66 @@ def resolve(rec: LaunchRecord) -> Resolved:
 
 
 def lower_launch(res: Resolved, node_kwargs: dict, grid_exprs: tuple, arg_of, rt,
-                 consts) -> ir.TritonLaunch:
+                 consts, select=None) -> ir.TritonLaunch:
     """Build the IR launch.  `node_kwargs` are the graph's values (fx nodes or
-    constants) by parameter name; `arg_of(value)` encodes one as an IR Arg."""
+    constants) by parameter name; `arg_of(value)` encodes one as an IR Arg.
+    `select`: the launch's ir.LaunchSelect when it chooses its variant per call."""
+    md = res.compiled.metadata
+    _check_metadata(res)
+    dynamic = {n for n, v in node_kwargs.items() if isinstance(v, torch.fx.Node)
+               and not isinstance(v.meta.get("val", v.meta.get("example_value")), torch.Tensor)}
+    if select is None:
+        for name in res.autotune_key:
+            if name in dynamic:
+                raise UnsupportedError(f"autotune key {name!r} is symbolic in this version")
+        if res.heuristics and dynamic:
+            raise UnsupportedError("@triton.heuristics over symbolic arguments "
+                                   f"({', '.join(sorted(dynamic))})")
+    args = {n: (arg_of(v) if isinstance(v, torch.fx.Node) else v) for n, v in node_kwargs.items()}
+    params = launch_params(res, args, rt)
+    cubin = res.compiled.asm.get("cubin")
+    return ir.TritonLaunch(
+        kernel=res.jit.fn.__qualname__, symbol=md.name, cubin_const=consts.add(bytes(cubin)),
+        num_warps=int(md.num_warps), num_ctas=int(getattr(md, "num_ctas", 1)),
+        shared=int(md.shared), cooperative=bool(getattr(md, "launch_cooperative_grid", False)),
+        pdl=bool(getattr(md, "launch_pdl", False)), params=tuple(params), grid=grid_exprs,
+        config=res.config, select=select)
+
+
+def _check_metadata(res: Resolved) -> None:
     md = res.compiled.metadata
     if getattr(md, "global_scratch_size", 0) or getattr(md, "profile_scratch_size", 0):
         raise UnsupportedError(f"{res.jit.fn.__qualname__} needs scratch memory")
     if getattr(md, "tensordesc_meta", None):
         raise UnsupportedError(f"{res.jit.fn.__qualname__} uses tensor descriptors")
-    dynamic = {n for n, v in node_kwargs.items() if isinstance(v, torch.fx.Node)
-               and not isinstance(v.meta.get("val", v.meta.get("example_value")), torch.Tensor)}
-    for name in res.heuristics + res.autotune_key:
-        deps = dynamic if name in res.autotune_key else dynamic
-        if name in res.autotune_key and name in deps:
-            raise UnsupportedError(f"autotune key {name!r} is symbolic in this version")
-    if res.heuristics and dynamic:
-        raise UnsupportedError("@triton.heuristics over symbolic arguments "
-                               f"({', '.join(sorted(dynamic))})")
+    if not res.compiled.asm.get("cubin"):
+        raise UnsupportedError("the compiled kernel has no CUBIN (not an NVIDIA target)")
+
+
+def launch_params(res: Resolved, args: dict, rt) -> list:
+    """Each passed parameter of `res`'s CUBIN, in Triton's launch ABI.  `args`:
+    parameter name -> ir.Arg (a graph value) or a Python constant."""
     params = []
     for name, (ty, attr) in zip(res.names, res.specialization):
-        value = node_kwargs.get(name, res.values.get(name))
+        value = args.get(name, res.values.get(name))
+        is_arg = isinstance(value, (ir.Slot, ir.ConstArg))
         if isinstance(ty, tuple):
             raise UnsupportedError(f"tuple kernel argument {name}")
         if ty == "constexpr":
-            if isinstance(value, torch.fx.Node):  # an int Triton specialised to 1
-                params.append(ir.LaunchParam(name, "one", arg_of(value), False, -1))
+            if isinstance(value, ir.Slot):  # an int Triton specialised to 1
+                params.append(ir.LaunchParam(name, "one", value, False, -1))
             continue
         div16 = attr == "D"
         if ty.startswith("*"):
-            if not isinstance(value, torch.fx.Node):
+            if not isinstance(value, ir.Slot):
                 raise UnsupportedError(f"pointer argument {name} is not a graph tensor")
             dt = _PTR_DTYPES.get(ty[1:])
             code = rt.enum_code(dt) if dt is not None else -1
-            params.append(ir.LaunchParam(name, "ptr", arg_of(value), div16, code))
+            params.append(ir.LaunchParam(name, "ptr", value, div16, code))
         elif ty in _SCALAR_KINDS or ty == "f32":
             kind = "fp32" if ty == "f32" else ty
-            if isinstance(value, torch.fx.Node):
-                arg = arg_of(value)
+            if is_arg:
+                arg = value
             elif kind in _FLOAT_KINDS:
                 arg = ir.ConstArg("double", float(value))
             else:
@@ -160,12 +190,173 @@ def lower_launch(res: Resolved, node_kwargs: dict, grid_exprs: tuple, arg_of, rt
             params.append(ir.LaunchParam(name, kind, arg, div16, -1))
         else:
             raise UnsupportedError(f"Triton argument type {ty} ({name})")
-    cubin = res.compiled.asm.get("cubin")
-    if not cubin:
-        raise UnsupportedError("the compiled kernel has no CUBIN (not an NVIDIA target)")
-    return ir.TritonLaunch(
-        kernel=res.jit.fn.__qualname__, symbol=md.name, cubin_const=consts.add(bytes(cubin)),
-        num_warps=int(md.num_warps), num_ctas=int(getattr(md, "num_ctas", 1)),
-        shared=int(md.shared), cooperative=bool(getattr(md, "launch_cooperative_grid", False)),
-        pdl=bool(getattr(md, "launch_pdl", False)), params=tuple(params), grid=grid_exprs,
-        config=res.config)
+    return params
+
+
+# ------------------------------------------------------------ selection
+
+# trt_launch_param kinds and trt_launch_key kinds (runtime/trident_rt.h).
+PARAM_CODES = {"ptr": 0, "i1": 1, "i8": 2, "i16": 3, "i32": 4, "i64": 5, "u8": 6, "u16": 7,
+               "u32": 8, "u64": 9, "fp16": 10, "bf16": 11, "fp32": 12, "fp64": 13, "one": 14}
+KEY_CODES = {"ptr": 0, "int": 1, "double": 2}
+_MISSING = object()
+
+
+def param_tuple(p: ir.LaunchParam) -> tuple:
+    """(kind, slot, ival, dval, div16, dtype): one trt_launch_param."""
+    code = PARAM_CODES[p.kind]
+    if isinstance(p.arg, ir.Slot):
+        return (code, p.arg.index, 0, 0.0, int(p.div16), p.dtype)
+    if p.arg.kind == "double":
+        return (code, -1, 0, float(p.arg.value), int(p.div16), p.dtype)
+    return (code, -1, int(p.arg.value), 0.0, int(p.div16), p.dtype)
+
+
+def config_index(configs, best):
+    """Index of the config in `configs` (Dynamo's copy, heuristics folded in)
+    that is `best` (a config of the user's autotuner), or None."""
+    want = best.all_kwargs()
+    for i, c in enumerate(configs):
+        have = c.all_kwargs()
+        if all(have.get(k, _MISSING) == v for k, v in want.items()):
+            return i
+    return None
+
+
+def select_info(kernel):
+    """(dynamo_autotuner, user_autotuner, jit) when the side table's `kernel`
+    is an @triton.autotune directly over its @triton.jit function whose config
+    the user's own autotuner can choose per call; else None."""
+    try:
+        from triton.runtime.autotuner import Autotuner
+        from triton.runtime.jit import JITFunction
+    except ImportError:
+        return None
+    if not isinstance(kernel, Autotuner) or not isinstance(kernel.fn, JITFunction):
+        return None
+    user = getattr(kernel, "_trident_orig_autotuner", kernel)
+    if len(user.configs) != len(kernel.configs) or len(kernel.configs) < 1:
+        return None  # Dynamo pruned configs: a choice could have no grid here
+    if any(c.pre_hook is not None for c in user.configs):
+        return None
+    if any(config_index(kernel.configs, c) is None for c in user.configs):
+        return None
+    return kernel, user, kernel.fn
+
+
+def key_of(kinds: tuple, values: tuple) -> tuple:
+    """The selection key launch_select computes natively, from Python values."""
+    out = []
+    for kind, v in zip(kinds, values):
+        if kind == "ptr":
+            out.append(int(v.data_ptr() % 16 == 0))
+        elif kind == "int":
+            out.append(int(v))
+        else:
+            out.append(struct.unpack("<q", struct.pack("<d", float(v)))[0])
+    return tuple(out)
+
+
+class Resolver:
+    """The variants of one selecting launch, by key.
+
+    Called natively (launch_select) for a key the launch's table lacks, with
+    the key, the values of its operands and the evaluated grid of every
+    config.  A key it has seen returns its variant at once; a new key runs the
+    user's autotuner exactly as eager would (benchmarking a key it has not
+    tuned, then launching the chosen config), and the CUBIN Triton compiled for
+    that config and these arguments becomes the key's variant.  Its table
+    outlives SCM rebuilds (it lives in the version's constant pool)."""
+
+    def __init__(self, dynamo_tuner, user_tuner, jit, names, kinds, const_kwargs, args, rt,
+                 nrows):
+        self.dynamo_tuner = dynamo_tuner
+        self.user_tuner = user_tuner
+        self.jit = jit
+        self.names = tuple(names)
+        self.kinds = tuple(kinds)
+        self.const_kwargs = dict(const_kwargs)
+        self.args = dict(args)
+        self.rt = rt
+        self.nrows = nrows
+        self.table: dict = {}
+        self.configs: dict = {}      # key -> the config, for humans
+        self.python_only: dict = {}  # key -> why it launches through Triton each time
+        self.calls = 0               # resolver calls (native table misses)
+        self.tuned = 0               # of which ran the user's autotuner
+
+    def __call__(self, key, operands, grids):
+        self.calls += 1
+        v = self.table.get(key)
+        if v is not None:
+            return (False, v)
+        kwargs = {**self.const_kwargs, **dict(zip(self.names, operands))}
+        self.tuned += 1
+        self.run_user(kwargs, grids)
+        best = self.user_tuner.best_config
+        v = self.variant(key, kwargs, best, grids)
+        return (True, v)
+
+    def grid_row(self, c: int) -> int:
+        return c if self.nrows > 1 else 0
+
+    def run_user(self, kwargs, grids):
+        configs = self.dynamo_tuner.configs
+
+        def grid_fn(meta):
+            for i, c in enumerate(configs):
+                if all(meta.get(k, _MISSING) == v for k, v in c.kwargs.items()):
+                    return tuple(grids[self.grid_row(i)])
+            raise RuntimeError("trident: no captured grid for the autotuner's config "
+                               f"{ {k: meta.get(k) for k in configs[0].kwargs} }")
+
+        self.user_tuner[grid_fn](**kwargs)
+
+    def variant(self, key, kwargs, best, grids=None):
+        """The key's variant tuple for `best`, or None when it cannot launch
+        natively (it then runs through Triton on every call of that key)."""
+        c = config_index(self.dynamo_tuner.configs, best)
+        if c is None:
+            self.python_only[key] = "the chosen config is not among the captured ones"
+            return None
+        cfg = self.dynamo_tuner.configs[c]
+        values = {**kwargs, **cfg.all_kwargs()}
+        grid = tuple(grids[self.grid_row(c)]) if grids else (1, 1, 1)
+        try:
+            res = _resolved(self.jit, values, grid, c, str(cfg))
+            _check_metadata(res)
+            params = launch_params(res, self.args, self.rt)
+        except UnsupportedError as e:
+            self.python_only[key] = str(e)
+            return None
+        md = res.compiled.metadata
+        v = (str(md.name), bytes(res.compiled.asm["cubin"]), int(md.num_warps),
+             int(getattr(md, "num_ctas", 1)), int(md.shared),
+             int(bool(getattr(md, "launch_cooperative_grid", False))),
+             int(bool(getattr(md, "launch_pdl", False))), self.grid_row(c),
+             tuple(param_tuple(p) for p in params))
+        self.table[key] = v
+        self.configs[key] = str(cfg)
+        return v
+
+    def summary(self) -> str:
+        s = (f"{len(self.table)} variants, {self.calls} table misses, "
+             f"{self.tuned} autotuner runs")
+        if self.python_only:
+            s += f", {len(self.python_only)} keys through Triton"
+        return s
+
+
+def _resolved(jit, values: dict, grid, grid_index: int, config: str) -> Resolved:
+    compiled = jit.run(grid=grid, warmup=True, **values)
+    if compiled is None:
+        raise UnsupportedError(f"Triton did not compile {jit.fn.__qualname__}")
+    if hasattr(compiled, "result"):
+        compiled = compiled.result()
+    device = torch.cuda.current_device()
+    binder = jit.device_caches[device][4]
+    bound, specialization, _options = binder(**values)
+    names = [p.name for p in jit.params]
+    return Resolved(jit=jit, compiled=compiled, names=names, specialization=list(specialization),
+                    values=dict(bound), grid_index=grid_index, heuristics=[], autotune_key=[],
+                    config=f"config={config}")
