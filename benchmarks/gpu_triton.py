@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import platform
 import statistics
 import subprocess
@@ -189,8 +190,9 @@ def main():
              "compile skip-guards": "skip", "trident": trident.jit(add, strict=True)}
     rows += run_case("aten add 1024", modes, (xa, ya), add(xa, ya))
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip() or "unknown"
+    commit = os.environ.get("BENCH_COMMIT") or subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+        text=True).stdout.strip() or "unknown"
     head = (f"# GPU host overhead: Triton launches under Trident\n\n"
             f"- date: {datetime.date.today()}\n- commit: {commit}\n"
             f"- GPU: {torch.cuda.get_device_name()} ; torch {torch.__version__} ; "

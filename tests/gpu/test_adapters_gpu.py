@@ -2,7 +2,8 @@
 
 Stand-ins for FlagGems' idioms, written here: a kernel-entry wrapper in front
 of the kernel, a bare @triton.heuristics, a StridedBuffer-like object passed
-to the kernel, a log call, and an autotune key over sizes that change."""
+to the kernel and a log call.  Autotune keys over sizes that change:
+test_autotune_select.py."""
 
 from __future__ import annotations
 
@@ -144,35 +145,6 @@ def test_strided_buffer_argument(offset):
         want = _strided(x, offset)
         torch.testing.assert_close(got[offset:], want[offset:])
     assert trident.stats(f)["fallbacks"] == 0
-
-
-@triton.autotune(configs=[triton.Config({"BLOCK": 128}, num_warps=4),
-                          triton.Config({"BLOCK": 1024}, num_warps=8)], key=["n"])
-@triton.jit
-def _tuned(X, Y, n, s, BLOCK: tl.constexpr):
-    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = i < n
-    tl.store(Y + i, tl.load(X + i, mask=m) * s, mask=m)
-
-
-def _autotuned(x):
-    y = torch.empty_like(x)
-    n = x.numel()
-    _tuned[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, n, 7.0)
-    return y
-
-
-def test_autotune_key_over_changing_sizes_selects_per_call():
-    # the second size makes Dynamo's automatic dynamic kick in; the key reads
-    # it, so the dynamic version selects its config per call (ir.LaunchSelect)
-    # instead of one static version per size
-    f = trident.jit(_autotuned, strict=True)
-    for n in (256, 257, 4096, 257, 256, 10_000):
-        x = torch.randn(n, device=DEV)
-        torch.testing.assert_close(f(x), x * 7.0)
-    st = trident.stats(f)
-    assert st["fallbacks"] == 0 and st["versions"] == 2, st
-    assert st["launch_variants"]
 
 
 def _grid4(x):

@@ -926,6 +926,21 @@ PyObject* py_enum_code(PyObject*, PyObject* o) {
   return nullptr;
 }
 
+// A frame holding a test's values (tensors, floats, ints), in order.
+trt_frame* frame_from_list(PyObject* values) {
+  trt_frame* f = frame_acquire(static_cast<int32_t>(PyList_GET_SIZE(values)));
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values); ++i) {
+    PyObject* v = PyList_GET_ITEM(values, i);
+    if (THPVariable_Check(v))
+      frame_set_tensor(f, static_cast<int32_t>(i), v);
+    else if (PyFloat_Check(v))
+      frame_set_double(f, static_cast<int32_t>(i), PyFloat_AsDouble(v));
+    else
+      frame_set_int(f, static_cast<int32_t>(i), PyLong_AsLongLong(v));
+  }
+  return f;
+}
+
 // launch_pack_for_test(params, values): pack a Triton launch's parameters
 // without a GPU, exactly as launch_call would.  params: [(kind, slot, ival,
 // dval, div16, dtype)], values: the frame (tensors, ints, floats).  Returns
@@ -949,16 +964,7 @@ PyObject* py_launch_pack_for_test(PyObject*, PyObject* args) {
                           ps.data(), nullptr, 0, nullptr};
   trt_launch* l = trident::launch_new(&spec);
   if (!l) return nullptr;
-  trt_frame* f = frame_acquire(static_cast<int32_t>(PyList_GET_SIZE(values)));
-  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values); ++i) {
-    PyObject* v = PyList_GET_ITEM(values, i);
-    if (THPVariable_Check(v))
-      frame_set_tensor(f, static_cast<int32_t>(i), v);
-    else if (PyFloat_Check(v))
-      frame_set_double(f, static_cast<int32_t>(i), PyFloat_AsDouble(v));
-    else
-      frame_set_int(f, static_cast<int32_t>(i), PyLong_AsLongLong(v));
-  }
+  trt_frame* f = frame_from_list(values);
   PyObject* out = trident::launch_pack_for_test(l, f);
   frame_release(f);
   trident::launch_free(l);
@@ -1001,16 +1007,7 @@ PyObject* py_launch_select_for_test(PyObject*, PyObject* args) {
       Py_CLEAR(out);
       break;
     }
-    trt_frame* f = frame_acquire(static_cast<int32_t>(PyList_GET_SIZE(values)));
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values); ++i) {
-      PyObject* v = PyList_GET_ITEM(values, i);
-      if (THPVariable_Check(v))
-        frame_set_tensor(f, static_cast<int32_t>(i), v);
-      else if (PyFloat_Check(v))
-        frame_set_double(f, static_cast<int32_t>(i), PyFloat_AsDouble(v));
-      else
-        frame_set_int(f, static_cast<int32_t>(i), PyLong_AsLongLong(v));
-    }
+    trt_frame* f = frame_from_list(values);
     PyObject* r = trident::launch_select_for_test(l, f, g.data(),
                                                   static_cast<int32_t>(g.size() / 3));
     frame_release(f);

@@ -106,20 +106,10 @@ def resolve(rec: LaunchRecord) -> Resolved:
             k = k.fn
         else:
             raise UnsupportedError(f"Triton kernel wrapper {type(k).__name__}")
-    jit = k
-    grid = rec.grid[grid_index] if rec.grid else (1, 1, 1)
-    compiled = jit.run(grid=grid, warmup=True, **values)
-    if compiled is None:
-        raise UnsupportedError(f"Triton did not compile {jit.fn.__qualname__}")
-    if hasattr(compiled, "result"):
-        compiled = compiled.result()
-    device = torch.cuda.current_device()
-    binder = jit.device_caches[device][4]
-    bound, specialization, _options = binder(**values)
-    names = [p.name for p in jit.params]
-    return Resolved(jit=jit, compiled=compiled, names=names, specialization=list(specialization),
-                    values=dict(bound), grid_index=grid_index, heuristics=heur_names,
-                    autotune_key=key, config=config)
+    grid = rec.grid[grid_index] if len(rec.grid) > 1 else (rec.grid[0] if rec.grid else (1, 1, 1))
+    res = _resolved(k, values, grid, grid_index, config)
+    res.heuristics, res.autotune_key = heur_names, key
+    return res
 
 
 def lower_launch(res: Resolved, node_kwargs: dict, grid_exprs: tuple, arg_of, rt,
@@ -323,7 +313,7 @@ class Resolver:
         values = {**kwargs, **cfg.all_kwargs()}
         grid = tuple(grids[self.grid_row(c)]) if grids else (1, 1, 1)
         try:
-            res = _resolved(self.jit, values, grid, c, str(cfg))
+            res = _resolved(self.jit, values, grid, c, f"config={cfg}")
             _check_metadata(res)
             params = launch_params(res, self.args, self.rt)
         except UnsupportedError as e:
@@ -359,4 +349,4 @@ def _resolved(jit, values: dict, grid, grid_index: int, config: str) -> Resolved
     names = [p.name for p in jit.params]
     return Resolved(jit=jit, compiled=compiled, names=names, specialization=list(specialization),
                     values=dict(bound), grid_index=grid_index, heuristics=[], autotune_key=[],
-                    config=f"config={config}")
+                    config=config)
