@@ -17,6 +17,14 @@
 # BENCH_DATE, LIMIT, TAIL, STEPS (space-separated step names to run, from both parts, e.g.
 # STEPS="gpu_tests flaggems_probe flaggems_ops" PART=AB; default: all of the part's), and per step the arguments: PYTEST_ARGS, FG_OPS_ARGS, LLM_ARGS
 # (each replaces the defaults below), FG_OPS_S and LLM_S (their timeouts), LLM_MM (generic | hopper; default generic).
+#
+# Caches: FlagGems' tuned-config database and Triton's kernel cache live under /tmp/devcache.
+# CACHES_IN=path/to/caches.tgz (a file an earlier call wrote, carried in an ignored folder such
+# as .devcache/) starts from them, so that FlagGems does not autotune again what an earlier
+# call of the same session tuned (DeepSeek-V2's eager warm-up autotuned for 350 s); reports
+# then say their cold latencies had warm caches.  CACHES_OUT=1 writes $OUT/caches.tgz.
+# The step logs and Trident's explain texts come back as one $OUT/logs.tgz (the device tool
+# returns at most 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PART=${PART:?set PART=A or PART=B}
@@ -26,6 +34,16 @@ LIMIT=${LIMIT:-560}
 TAIL=${TAIL:-40}
 T0=$(date +%s)
 export PYTHONUNBUFFERED=1 TRIDENT_CACHE_DIR=/tmp/trident-cache
+export FLAGGEMS_CACHE_DIR=/tmp/devcache/flaggems TRITON_CACHE_DIR=/tmp/devcache/triton
+mkdir -p "$FLAGGEMS_CACHE_DIR" "$TRITON_CACHE_DIR"
+if [[ -n "${CACHES_IN:-}" ]]; then
+  if tar xzf "$CACHES_IN" -C /tmp/devcache; then
+    export BENCH_WARM_CACHES=1
+    echo "caches from $CACHES_IN: $(du -sh /tmp/devcache | cut -f1)"
+  else
+    echo "CACHES_IN=$CACHES_IN could not be read: starting with empty caches"
+  fi
+fi
 export BENCH_COMMIT=${BENCH_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 export BENCH_DATE=${BENCH_DATE:-$(date +%F)}
 
@@ -94,5 +112,13 @@ A) ;;
   exit 2
   ;;
 esac
+if [[ "${CACHES_OUT:-0}" == 1 ]]; then
+  tar czf "$OUT/caches.tgz" -C /tmp/devcache flaggems/config_cache triton 2>/dev/null
+  if (( $(stat -c %s "$OUT/caches.tgz") > 15000000 )); then  # the tool returns <= 16 MiB
+    tar czf "$OUT/caches.tgz" -C /tmp/devcache flaggems/config_cache
+  fi
+fi
+( cd "$OUT" && ls ./*.log > /dev/null 2>&1 && tar czf logs.tgz ./*.log ./*_trident.txt 2>/dev/null \
+  ; rm -f ./*.log ./*_trident.txt )
 echo "device_all PART=$PART done in $(( $(date +%s) - T0 ))s; files in $OUT:"
 ls -la "$OUT"

@@ -4,7 +4,9 @@
 
 Warm host latency (until the call returns: many calls back to back, per-call
 mean of a round, median over rounds) and end-to-end latency (each call
-followed by a synchronize; median), after warm-up.  Modes: eager,
+followed by a synchronize; median), after warm-up, the modes of a case
+interleaved round by round.  The report ends with issue 3's targets, each
+marked met or MISSED with its ratio.  Modes: eager,
 torch.compile (default, C++ wrapper, skip-guard stance), an expert's
 hand-cached launch of Triton's compiled kernel (no guards), a hand-written
 native entry (tensor checks, at::empty_like, cuLaunchKernel: the floor of a
@@ -14,6 +16,7 @@ full call), and Trident.  Every mode's output is checked against eager.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import os
 import platform
@@ -75,33 +78,6 @@ at::Tensor silu_native(const at::Tensor& x, int64_t fn, int64_t warps, int64_t s
 """
 
 
-def host_us(fn, args, n=2000, rounds=15):
-    for _ in range(50):
-        fn(*args)
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(rounds):
-        t = time.perf_counter()
-        for _ in range(n):
-            fn(*args)
-        ts.append((time.perf_counter() - t) / n * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(ts)
-
-
-def e2e_us(fn, args, n=2000):
-    for _ in range(50):
-        fn(*args)
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(n):
-        t = time.perf_counter()
-        fn(*args)
-        torch.cuda.synchronize()
-        ts.append((time.perf_counter() - t) * 1e6)
-    return statistics.median(ts)
-
-
 def expert(kernel, grid, bound):
     """Hand-cached CompiledKernel.run: what an expert writes, no guards."""
     ck = kernel.run(*bound, grid=grid, warmup=True)
@@ -155,7 +131,9 @@ def main():
         modes["native entry (floor)"] = lambda x, w: native.rms_norm_native(
             x, w, ck.function, eps, md.num_warps, md.shared)
     modes["trident"] = trident.jit(rms_norm, strict=True)
-    rows += run_case("rms_norm x(1024,128) fp32", modes, (x, w), ref)
+    r, res = run_case("rms_norm x(1024,128) fp32", modes, (x, w), ref)
+    rows += r
+    goals = targets("rms_norm", res)
 
     # ---- silu 4096 fp16
     xs = torch.randn(4096, device=dev, dtype=torch.float16)
@@ -176,7 +154,9 @@ def main():
         modes["native entry (floor)"] = lambda x: native.silu_native(x, ck2.function,
                                                                      md2.num_warps, md2.shared)
     modes["trident"] = trident.jit(silu, strict=True)
-    rows += run_case("silu 4096 fp16", modes, (xs,), ref)
+    r, res = run_case("silu 4096 fp16", modes, (xs,), ref)
+    rows += r
+    goals += targets("silu", res)
 
     # ---- aten add 1024 (ATen only)
     xa = torch.randn(1024, device=dev)
@@ -188,7 +168,7 @@ def main():
     modes = {"eager": add, "torch.compile": torch.compile(add),
              "compile cpp_wrapper": torch.compile(add, options={"cpp_wrapper": True}),
              "compile skip-guards": "skip", "trident": trident.jit(add, strict=True)}
-    rows += run_case("aten add 1024", modes, (xa, ya), add(xa, ya))
+    rows += run_case("aten add 1024", modes, (xa, ya), add(xa, ya))[0]
 
     commit = os.environ.get("BENCH_COMMIT") or subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -197,47 +177,101 @@ def main():
             f"- date: {datetime.date.today()}\n- commit: {commit}\n"
             f"- GPU: {torch.cuda.get_device_name()} ; torch {torch.__version__} ; "
             f"triton {triton.__version__} ; Python {platform.python_version()}\n"
-            f"- host = warm per-call latency until the call returns (median of rounds); "
-            f"e2e = until the GPU is done (median of calls)\n\n")
+            f"- host = warm per-call latency until the call returns (per-call mean of 2000 calls "
+            f"back to back, median of 15 rounds); e2e = until the GPU is done (median of "
+            f"20 x 100 calls); the modes of a case are interleaved round by round\n\n")
     table = ["| case | mode | host us | e2e us | host: eager/mode | host: mode/floor |",
              "|---|---|---|---|---|---|"]
     table += rows
-    text = head + "\n".join(table) + "\n"
+    text = (head + "\n".join(table) + "\n\n## Issue 3 targets (Trident)\n\n" + "\n".join(goals)
+            + "\n")
     print(text)
     if a.out:
         with open(a.out, "w") as f:
             f.write(text)
 
 
-def run_case(name, modes, args, ref):
-    res = {}
+def run_case(name, modes, args, ref, rounds=15, n=2000, e2e_rounds=20, e2e_n=100):
+    """Every mode of one case, interleaved: each round times every mode once (host: `n` calls
+    back to back, per-call mean; e2e: `e2e_n` calls each followed by a synchronize), the order
+    rotating by one mode per round, so that the machine's drift (clocks, other tenants) falls
+    on all modes alike. Host = median over rounds, e2e = median over all its calls."""
     compiled_default = modes.get("torch.compile")
+    skip = lambda: torch.compiler.set_stance("default", skip_guard_eval_unsafe=True)  # noqa: E731
+    ready = {}
     for mode, fn in modes.items():
+        stance = None
         if fn == "skip":
-            fn = compiled_default
-            stance = torch.compiler.set_stance("default", skip_guard_eval_unsafe=True)
-        else:
-            stance = None
+            fn, stance = compiled_default, skip
         try:
-            out = fn(*args)
+            fn(*args)
             out = fn(*args)
             torch.testing.assert_close(out, ref, rtol=2e-3, atol=2e-3)
-            if stance is not None:
-                with stance:
-                    h = host_us(fn, args)
-                    e = e2e_us(fn, args)
-            else:
-                h = host_us(fn, args)
-                e = e2e_us(fn, args)
-            res[mode] = (h, e)
+            with stance() if stance else contextlib.nullcontext():
+                for _ in range(50):
+                    fn(*args)
+            torch.cuda.synchronize()
+            ready[mode] = (fn, stance)
         except Exception as ex:  # noqa: BLE001
             print(f"{name} / {mode}: {type(ex).__name__}: {ex}"[:300])
+    order = list(ready)
+    host = {m: [] for m in order}
+    e2e = {m: [] for m in order}
+    perf = time.perf_counter
+    sync = torch.cuda.synchronize
+    for r in range(max(rounds, e2e_rounds)):
+        k = r % max(len(order), 1)
+        for mode in order[k:] + order[:k]:
+            fn, stance = ready[mode]
+            with stance() if stance else contextlib.nullcontext():
+                if r < rounds:
+                    sync()
+                    t = perf()
+                    for _ in range(n):
+                        fn(*args)
+                    host[mode].append((perf() - t) / n * 1e6)
+                    sync()
+                if r < e2e_rounds:
+                    for _ in range(e2e_n):
+                        t = perf()
+                        fn(*args)
+                        sync()
+                        e2e[mode].append((perf() - t) * 1e6)
+    res = {m: (statistics.median(host[m]), statistics.median(e2e[m])) for m in order}
     eager = res.get("eager", (float("nan"),) * 2)[0]
     floor = res.get("native entry (floor)", (float("nan"),) * 2)[0]
     rows = []
     for mode, (h, e) in res.items():
         rows.append(f"| {name} | {mode} | {h:.2f} | {e:.2f} | {eager / h:.2f}x | {h / floor:.2f} |")
-    return rows
+    return rows, res
+
+
+def targets(name, res) -> list:
+    """Issue 3's targets for Trident on one case, each with its measured ratio."""
+    if "trident" not in res:
+        return [f"- {name}: no Trident timing"]
+    th, te = res["trident"]
+    checks = []
+
+    def check(label, ok, value):
+        checks.append(f"{'met' if ok else 'MISSED'}: {label} ({value})")
+
+    if "native entry (floor)" in res:
+        r = th / res["native entry (floor)"][0]
+        check("host within 1.25x of the native entry", r <= 1.25, f"{r:.2f}x")
+    if "expert hand-cached launch" in res:
+        r = th / res["expert hand-cached launch"][0]
+        check("host no slower than the expert's launch", r <= 1.0, f"{r:.2f}x")
+    if "eager" in res:
+        r = res["eager"][0] / th
+        check("host >= 2.5x better than eager", r >= 2.5, f"{r:.2f}x")
+        r = res["eager"][1] / te
+        check("e2e >= 1.5x better than eager", r >= 1.5, f"{r:.2f}x")
+    for m in ("torch.compile", "compile cpp_wrapper", "compile skip-guards"):
+        if m in res:
+            r = res[m][0] / th
+            check(f"host >= 5x better than {m}", r >= 5.0, f"{r:.2f}x")
+    return [f"- {name}: " + "; ".join(checks)]
 
 
 if __name__ == "__main__":

@@ -513,6 +513,9 @@ class ModeRun:
     kept: dict = field(default_factory=dict)  # op -> "mode" | "eager"
     trident: dict = field(default_factory=dict)  # op -> status line
     explain: dict = field(default_factory=dict)  # op -> trident.explain text
+    # op -> (calls per token, median host us per call, host ms per token) in one extra request
+    breakdown: dict = field(default_factory=dict)
+    breakdown_tpot: float = float("nan")  # that request's TPOT, ms
     dynamo: str = ""  # torch.compile modes: graphs and graph breaks during warm-up
     note: str = ""
     error: str = ""  # "ExcType: message" when the mode failed
@@ -578,6 +581,11 @@ def run_mode(mode, name, model, prov: Provider, a, prompts, deadline) -> ModeRun
         for s in prompts:
             for r in range(a.requests):
                 run.requests.append(request(s, r % len(PROMPT_SETS[s])))
+        if a.breakdown and mode != "torch":
+            run.breakdown_tpot, run.breakdown = breakdown(
+                reg, {op: wrappers[op] if run.kept[op] == mode else fn
+                      for op, fn in prov.ops.items()},
+                lambda: request(prompts[0], 0), a.new_tokens)
         if mode == "trident":  # again: a miss during the measured requests counts too
             run.trident = {op: trident_status(w, warm_misses[op]) for op, w in wrappers.items()}
             run.explain = {op: trident.explain(w) for op, w in wrappers.items()}
@@ -600,6 +608,36 @@ def run_mode(mode, name, model, prov: Provider, a, prompts, deadline) -> ModeRun
             torch._dynamo.reset()
     run.seconds = time.perf_counter() - t_start
     return run
+
+
+def breakdown(reg: Registry, kernels: dict, one_request, n_tokens: int):
+    """One more request with each registered kernel timed on the host: per op, calls per token,
+    median us per call and ms per token. Runs after the measured requests (the timer adds a
+    Python frame per call, which the measured requests do not pay)."""
+    perf = time.perf_counter
+    times = {op: [] for op in kernels}
+
+    def timed(fn, ts):
+        def kernel(*args, **kwargs):
+            t0 = perf()
+            out = fn(*args, **kwargs)
+            ts.append(perf() - t0)
+            return out
+
+        return kernel
+
+    for op, fn in kernels.items():
+        reg.set(op, timed(fn, times[op]))
+    try:
+        req = one_request()
+    finally:
+        for op, fn in kernels.items():
+            reg.set(op, fn)
+    out = {}
+    for op, ts in times.items():
+        if ts:
+            out[op] = (len(ts) / n_tokens, statistics.median(ts) * 1e6, sum(ts) / n_tokens * 1e3)
+    return req.tpot * 1e3, out
 
 
 class Terminated(BaseException):
@@ -740,6 +778,9 @@ def write_report(runs, prov, a, path_md, layers_of, elapsed) -> None:
         "",
         f"- date: {datetime.date.today()} ; commit: {commit()} ; machine: {machine(prov)}",
         f"- {versions(prov)}",
+        *(["- caches: FlagGems' tuned configs and Triton's kernel cache came from an earlier "
+           "run on this machine (`CACHES_IN`), so warm-up autotuned less"]
+          if os.environ.get("BENCH_WARM_CACHES") else []),
         f"- provider: {prov.name} ({origins}), dispatch key {prov.dispatch_key}"
         + (f" ; --mm {a.mm}" if prov.name == "flaggems" else ""),
         "- recompile limits: "
@@ -829,6 +870,28 @@ def write_report(runs, prov, a, path_md, layers_of, elapsed) -> None:
             lines.append(
                 f"| {run.model} | {run.mode} | {op} | {rec.calls} | {c} | {b} | {rec.verdict()} |"
             )
+    if any(run.breakdown for run in runs):
+        lines += [
+            "",
+            "## Host time inside the whitelisted operators (one extra request per mode, after the "
+            "measured ones, each registered kernel timed; first prompt set)",
+            "",
+            "Per token: calls, median us per call, ms spent in the operator. `rest` = that "
+            "request's TPOT minus the operators' ms per token: the model's own host code and "
+            "everything else, which no whitelist mode changes.",
+            "",
+            "| model | mode | TPOT ms | op | calls/token | us/call | ms/token |",
+            "|---|---|---:|---|---:|---:|---:|",
+        ]
+        for run in runs:
+            if not run.breakdown:
+                continue
+            total = sum(v[2] for v in run.breakdown.values())
+            for op, (calls, us, ms) in run.breakdown.items():
+                lines.append(f"| {run.model} | {run.mode} | {run.breakdown_tpot:.3f} | {op} | "
+                             f"{calls:.1f} | {us:.1f} | {ms:.3f} |")
+            lines.append(f"| {run.model} | {run.mode} | {run.breakdown_tpot:.3f} | rest | | | "
+                         f"{run.breakdown_tpot - total:.3f} |")
     lines += ["", "## Trident per operator", "", "| model | op | status |", "|---|---|---|"]
     for run in runs:
         for op, st in run.trident.items():
@@ -951,6 +1014,13 @@ def main() -> int:
         default=None,
         help="Trident's max_versions and Dynamo's recompile_limit, both (default: each "
         "tool's own)",
+    )
+    ap.add_argument(
+        "--breakdown",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="after the measured requests, one more request per mode with the registered "
+        "operators timed (host time inside them per token)",
     )
     ap.add_argument("--tag", default=None)
     ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))

@@ -102,7 +102,9 @@ class SCM:
         except TypeError:
             return self.fn(*args, **kwargs)  # raises eager's own TypeError
         if torch._C._len_torch_function_stack():
-            return self._under_mode(args, kwargs)
+            return self._under_mode(args, kwargs, "a torch function mode is active")
+        if torch._C._len_torch_dispatch_stack():
+            return self._under_mode(args, kwargs, "a torch dispatch mode is active")
         reason = self._miss_reason()
         self.stats.misses += 1
         if self.versions and config.assert_no_recompile():
@@ -201,13 +203,14 @@ class SCM:
             return self.fn(*args, **kwargs)
         return result
 
-    def _under_mode(self, args, kwargs):
-        """A torch function mode is active: no version serves the call (the
-        global-state guard sees the mode stack), and none is captured, since
-        capturing would apply the mode twice (Dynamo traces it into the graph
-        and the capturing run goes through it again).  This call runs
-        eagerly; the versions keep serving calls made without a mode."""
-        reason = "a torch function mode is active"
+    def _under_mode(self, args, kwargs, reason: str):
+        """A torch function or dispatch mode is active: no version serves the
+        call (the global-state guard sees both mode stacks), and none is
+        captured: capturing would apply a function mode twice (Dynamo traces
+        it into the graph and the capturing run goes through it again), and
+        Dynamo cannot trace under a dispatch mode.  This call runs eagerly
+        (the mode sees eager's operators); the versions keep serving calls
+        made without a mode."""
         if self.options.strict:
             raise UnsupportedError(f"trident.jit({self.fn.__qualname__}): {reason}")
         self.stats.fallbacks += 1

@@ -14,7 +14,13 @@
 #include <Python.h>
 #include <dlfcn.h>
 
+#include <ATen/EmptyTensor.h>
 #include <ATen/Operators.h>
+#if __has_include(<ATen/core/NamedTensor.h>)  // named tensors: gone in torch 2.13
+#include <ATen/core/NamedTensor.h>
+#define TRT_HAS_NAMED_TENSORS 1
+#endif
+#include <ATen/record_function.h>
 #include <ATen/Parallel.h>
 #include <ATen/ScalarOps.h>
 #include <ATen/PythonTorchFunctionTLS.h>
@@ -450,6 +456,65 @@ bool fast_binary_alpha(const trt_op* op, trt_frame* f) {
   return true;
 }
 
+// ---- allocation without the dispatcher round trip ----
+//
+// What empty_like / empty end in for a plain strided CPU or CUDA tensor
+// (at::detail::empty_cpu / empty_cuda), called directly: one allocator call
+// instead of two dispatcher round trips (empty_like -> empty_strided ->
+// backend) and TensorOptions processing.  Taken only when nothing could
+// observe or change the dispatcher's path: no torch dispatch mode, no extra
+// TLS-included key (functionalization, functorch), no profiler or
+// record_function callback, deterministic uninitialized-memory fill off, and
+// (for empty_like) an input with exactly contiguous strides and no key
+// beyond its backend's autograd/autocast keys.  Anything else: the
+// dispatcher, as before.
+
+bool plain_alloc_ok() {
+  if (c10::impl::TorchDispatchModeTLS::stack_len() > 0) return false;
+  const c10::impl::LocalDispatchKeySet tls = c10::impl::tls_local_dispatch_key_set();
+  if (!(tls.included_ - c10::default_included_set).empty()) return false;
+  if (at::hasCallbacks()) return false;
+  const auto& ctx = at::globalContext();
+  if (ctx.deterministicAlgorithms() && ctx.deterministicFillUninitializedMemory()) return false;
+  return true;
+}
+
+bool plain_alloc(c10::IntArrayRef sizes, c10::ScalarType dtype, c10::Device device,
+                 at::Tensor* out) {
+  for (int64_t s : sizes)
+    if (s < 0) return false;  // the dispatcher raises eager's error
+  if (device.is_cpu()) {
+    *out = at::Tensor(at::detail::empty_cpu(sizes, dtype, /*pin_memory=*/false, std::nullopt));
+    return true;
+  }
+  if (device.is_cuda()) return trident::empty_cuda_plain(sizes, dtype, device.index(), out);
+  return false;
+}
+
+bool plain_like(const at::Tensor& t, at::Tensor* out) {
+  if (!t.defined() || t.layout() != c10::kStrided || t.is_quantized()) return false;
+#ifdef TRT_HAS_NAMED_TENSORS
+  if (at::impl::has_names(t.unsafeGetTensorImpl())) return false;
+#endif
+  const c10::Device dev = t.device();
+  if (!dev.is_cpu() && !dev.is_cuda()) return false;
+  const c10::BackendComponent bc = dev.is_cpu() ? c10::BackendComponent::CPUBit
+                                                : c10::BackendComponent::CUDABit;
+  const c10::DispatchKeySet allowed =
+      c10::DispatchKeySet(dev.is_cpu() ? c10::DispatchKey::CPU : c10::DispatchKey::CUDA) |
+      c10::getAutogradRelatedKeySetFromBackend(bc) | c10::getAutocastRelatedKeySetFromBackend(bc);
+  for (c10::DispatchKey k : t.key_set())  // (operator- keeps backend bits: test each key)
+    if (!allowed.has(k)) return false;    // conj/neg/zero, Python, wrappers...
+  const c10::IntArrayRef sizes = t.sizes(), strides = t.strides();
+  int64_t expect = 1;
+  for (int64_t d = static_cast<int64_t>(sizes.size()) - 1; d >= 0; --d) {
+    if (strides[d] != expect) return false;  // empty_like keeps strides, size-1 dims too
+    expect *= std::max<int64_t>(sizes[d], 1);
+  }
+  if (!plain_alloc_ok()) return false;
+  return plain_alloc(sizes, t.scalar_type(), dev, out);
+}
+
 // empty_like(self) with every option None: the allocation every Triton host
 // function starts with.
 bool fast_empty_like(const trt_op* op, trt_frame* f) {
@@ -464,8 +529,49 @@ bool fast_empty_like(const trt_op* op, trt_frame* f) {
     }
     if (!v || !v->isNone()) return false;
   }
+  at::Tensor out;
+  if (plain_like(a->toTensor(), &out)) {
+    f->slots[op->outs[0]] = c10::IValue(std::move(out));
+    return true;
+  }
   f->slots[op->outs[0]] = c10::IValue(at::_ops::empty_like::call(
       a->toTensor(), std::nullopt, std::nullopt, std::nullopt, pin, std::nullopt));
+  return true;
+}
+
+// empty.memory_format(size, dtype, layout=None|strided, device, pin_memory=None|False,
+// memory_format=None|contiguous) with a constant dtype and device: FlagGems'
+// `torch.empty((M, N), device=..., dtype=...)`.  Otherwise the boxed call.
+bool fast_empty(const trt_op* op, trt_frame* f) {
+  if (op->args.size() != 6) return false;
+  const ArgEnc& size = op->args[0];
+  if (size.kind != TRT_ARG_LIST || size.elem != ElemKind::Int) return false;
+  const c10::IValue* dtype = arg_value(op, f, 1);
+  const c10::IValue* layout = arg_value(op, f, 2);
+  const c10::IValue* device = arg_value(op, f, 3);
+  const c10::IValue* pin = arg_value(op, f, 4);
+  const c10::IValue* mf = arg_value(op, f, 5);
+  if (!dtype || !dtype->isInt() || !device || !device->isDevice()) return false;
+  if (!layout || !(layout->isNone() ||
+                   (layout->isInt() && layout->toInt() == static_cast<int64_t>(c10::kStrided))))
+    return false;
+  if (!pin || !(pin->isNone() || (pin->isBool() && !pin->toBool()))) return false;
+  if (!mf || !(mf->isNone() ||
+               (mf->isInt() &&
+                mf->toInt() == static_cast<int64_t>(c10::MemoryFormat::Contiguous))))
+    return false;
+  constexpr size_t kMaxDims = 16;
+  const size_t n = size.items.size();
+  if (n > kMaxDims) return false;
+  int64_t dims[kMaxDims];
+  for (size_t i = 0; i < n; ++i)
+    dims[i] = size.items[i] >= 0 ? f->slots[size.items[i]].toInt() : size.ivals[i];
+  if (!plain_alloc_ok()) return false;
+  at::Tensor out;
+  if (!plain_alloc(c10::IntArrayRef(dims, n), static_cast<c10::ScalarType>(dtype->toInt()),
+                   device->toDevice(), &out))
+    return false;
+  f->slots[op->outs[0]] = c10::IValue(std::move(out));
   return true;
 }
 
@@ -486,6 +592,7 @@ const FastEntry kFast[] = {
     TRT_BINARY(mul, Tensor), TRT_BINARY(div, Tensor),
     {"aten::mm", "", fast_binary<at::_ops::mm::call>},
     {"aten::empty_like", "", fast_empty_like},
+    {"aten::empty", "memory_format", fast_empty},
     {"aten::add", "Tensor", fast_binary_alpha<at::_ops::add_Tensor::call>},
     {"aten::sub", "Tensor", fast_binary_alpha<at::_ops::sub_Tensor::call>},
 };

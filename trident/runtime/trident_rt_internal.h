@@ -2,6 +2,7 @@
 // (not part of the SCM ABI; generated code never sees it).
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
 
 #include <vector>
@@ -28,4 +29,8 @@ PyObject* slot_to_py(trt_frame* f, int32_t slot);
 // Pack one launch's parameters without launching: for CPU tests of the
 // launch ABI.  Returns bytes (8 per passed parameter) or raises.
 PyObject* launch_pack_for_test(trt_launch* l, trt_frame* f);
+// at::detail::empty_cuda without the dispatcher (contiguous, on device `index`,
+// -1 = current); false without CUDA (trident_rt_launch.cpp).
+bool empty_cuda_plain(c10::IntArrayRef sizes, c10::ScalarType dtype, c10::DeviceIndex index,
+                      at::Tensor* out);
 }  // namespace trident

@@ -32,6 +32,8 @@
 #include "trident_rt_internal.h"
 
 #ifdef TRT_WITH_CUDA
+#include <ATen/EmptyTensor.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -604,6 +606,32 @@ PyObject* launch_select_for_test(trt_launch* l, trt_frame* f, const int64_t* gri
   return Py_BuildValue("(iy#)", v->grid, reinterpret_cast<const char*>(storage),
                        static_cast<Py_ssize_t>(8 * n));
   END_HANDLE_TH_ERRORS
+}
+
+}  // namespace trident
+
+namespace trident {
+
+bool empty_cuda_plain(c10::IntArrayRef sizes, c10::ScalarType dtype, c10::DeviceIndex index,
+                      at::Tensor* out) {
+#ifdef TRT_WITH_CUDA
+  // as at::detail::empty_cuda: lazy CUDA init, the device's caching allocator
+  at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
+  const c10::DeviceIndex cur = c10::cuda::current_device();
+  if (index < 0) index = cur;
+  std::optional<c10::cuda::CUDAGuard> guard;
+  if (index != cur) guard.emplace(index);
+  *out = at::Tensor(at::detail::empty_generic(sizes, c10::cuda::CUDACachingAllocator::get(),
+                                              c10::DispatchKeySet(c10::DispatchKey::CUDA),
+                                              dtype, std::nullopt));
+  return true;
+#else
+  (void)sizes;
+  (void)dtype;
+  (void)index;
+  (void)out;
+  return false;
+#endif
 }
 
 }  // namespace trident
