@@ -267,6 +267,10 @@ OPS = [
        what="(32, q, 128) @ (32, 128, k)"),
     Op("sum", "sum", "sum_dim", torch.sum, ROWS_H, _mk_sum, BF16, (2e-2, 5e-2),
        what="sum over dim -1, (tokens, 4096)"),
+    # A seventh, so that 21 operators can run: no published FlagGems (4.2.0, 5.0.0, 5.0.2) has
+    # conv_transpose2d, which stays in the table as unavailable.
+    Op("argmax", "argmax", "argmax", torch.argmax, VOCAB_ROWS, _mk_scan, FP32,
+       what="greedy decoding: argmax over the vocabulary, (rows, vocab) fp32, dim -1"),
 ]
 OP_BY_NAME = {op.name: op for op in OPS}
 
@@ -393,6 +397,11 @@ def _stub_bmm(A, B):
     return torch.bmm(A, B)
 
 
+def _stub_argmax(inp, dim=None, keepdim=False, *, dtype=None):
+    assert dim is None or -inp.ndim <= dim < inp.ndim, "Invalid dim"
+    return torch.argmax(inp, dim, keepdim)
+
+
 def _stub_sum_dim(inp, dim=None, keepdim=False, *, dtype=None):
     dims = [d % inp.ndim for d in dim]
     return torch.sum(inp, dims, keepdim, dtype=dtype)
@@ -407,7 +416,7 @@ STUBS = {
     "conv2d": _stub_conv2d, "conv_transpose2d": _stub_conv_t2d,
     "mul": _stub_pointwise(torch.mul), "gelu": _stub_pointwise(F.gelu),
     "softmax": _stub_softmax, "layer_norm": _stub_layer_norm, "bmm": _stub_bmm,
-    "sum": _stub_sum_dim,
+    "sum": _stub_sum_dim, "argmax": _stub_argmax,
 }
 
 
