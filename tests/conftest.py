@@ -8,6 +8,9 @@
 * `check` and friends: run a jitted function and its eager original on
   independent deep copies of the same fresh random inputs and compare the
   results (values, dtypes, shapes, structure) and the mutated inputs.
+* `spawn_ranks`: runs `worker(rank, world, port, cache_dir, queue)` in
+  `world` spawned processes (torch.distributed's rendezvous on a free local
+  port) and returns {rank: what each put on the queue}.
 
 Every `trident.jit` in the suite is applied inside a test, never at import
 time, so it always runs after the cache directory is set.
@@ -188,3 +191,32 @@ def record_warnings():
             return self._cm.__exit__(*exc)
 
     return _Rec
+
+
+def _spawn_ranks(worker, world: int = 2, timeout: float = 240) -> dict:
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    cache = os.environ.get("TRIDENT_CACHE_DIR", "")
+    procs = [ctx.Process(target=worker, args=(r, world, port, cache, q)) for r in range(world)]
+    for p in procs:
+        p.start()
+    try:
+        return dict(q.get(timeout=timeout) for _ in procs)
+    finally:
+        for p in procs:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.kill()
+
+
+@pytest.fixture
+def spawn_ranks():
+    return _spawn_ranks
+

@@ -6,7 +6,6 @@ processes, equal to eager and to the unsharded computation on both ranks."""
 from __future__ import annotations
 
 import os
-import socket
 import sys
 
 import pytest
@@ -49,19 +48,6 @@ def _worker(rank, world, port, cache, q):
         q.put((rank, f"{type(e).__name__}: {e}"))
 
 
-def test_tensor_parallel_linear_with_all_reduce_gloo():
-    import torch.multiprocessing as mp
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    cache = os.environ.get("TRIDENT_CACHE_DIR", "")
-    procs = [ctx.Process(target=_worker, args=(r, 2, port, cache, q)) for r in range(2)]
-    for p in procs:
-        p.start()
-    results = dict(q.get(timeout=240) for _ in procs)
-    for p in procs:
-        p.join(timeout=60)
+def test_tensor_parallel_linear_with_all_reduce_gloo(spawn_ranks):
+    results = spawn_ranks(_worker, 2, timeout=240)
     assert results == {0: "ok", 1: "ok"}, results

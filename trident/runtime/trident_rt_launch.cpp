@@ -76,7 +76,8 @@ namespace {
 enum PackResult { kPacked = 0, kPrecondition = 1, kError = 2 };
 
 // Fills storage[] (8 bytes per passed parameter).  *device gets the CUDA
-// device index of the first pointer argument (-1 if none).
+// device index of the pointer arguments (-1 if none); pointers on two devices
+// are an error.
 PackResult pack(const trt_kernel* l, trt_frame* f, uint64_t* storage, int* nstored, int* device,
                 bool require_cuda) {
   int n = 0;
@@ -98,7 +99,18 @@ PackResult pack(const trt_kernel* l, trt_frame* f, uint64_t* storage, int* nstor
       }
       const uint64_t ptr = reinterpret_cast<uint64_t>(t.data_ptr());
       if (p.div16 && (ptr % 16) != 0) return kPrecondition;
-      if (*device < 0 && t.is_cuda()) *device = t.device().index();
+      if (t.is_cuda()) {
+        const int dev = t.device().index();
+        if (*device < 0) {
+          *device = dev;
+        } else if (dev != *device) {  // one launch runs on one device
+          PyErr_Format(PyExc_ValueError,
+                       "Pointer argument (at %d) is on cuda:%d, an earlier one on cuda:%d: a "
+                       "Triton launch runs on one device (trident)",
+                       static_cast<int>(&p - l->params.data()), dev, *device);
+          return kError;
+        }
+      }
       storage[n++] = ptr;
       continue;
     }
