@@ -688,6 +688,11 @@ def trident_status(tf, caught: list, error: str | None) -> dict:
     elif st and st.get("versions", 0) > 0:
         status = "compiled"
         detail = f"{st['versions']} version(s), {sum(st['hits'])} hits, {st['misses']} misses"
+        cs = st.get("compile_seconds") or []
+        if cs:  # where the misses' time went, summed over versions
+            tot = {k: sum(t[k] for t in cs) for k in cs[0]}
+            detail += (f"; misses took capture {tot['capture']:.2f} s, guards+IR "
+                       f"{tot['guards_ir']:.2f} s, C build+load {tot['build']:.2f} s")
     else:
         status, detail = "fail", f"no version captured ({st})"
     return {"status": status, "detail": detail, "stats": st, "warnings": msgs}

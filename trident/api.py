@@ -74,6 +74,9 @@ def stats(f):
             "fallbacks": scm.stats.fallbacks, "versions": len(scm.versions), "hits": hits,
             "fallback_reason": scm.fallback_reason,
             "compiled_units": list(scm.stats.compiled_units),
+            # per version: seconds of its miss in capture (Dynamo and the capturing
+            # run), guards_ir (guards, host IR, Triton kernel lookup), build (C, load)
+            "compile_seconds": [dict(t) for t in scm.stats.compile_seconds],
             # per selecting (autotuned) launch: variants by key, native-table
             # misses (resolver calls), runs of the user's autotuner
             "launch_variants": [

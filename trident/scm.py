@@ -16,6 +16,7 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,8 @@ class Stats:
     fallbacks: int = 0
     build_paths: list = field(default_factory=list)
     compiled_units: list = field(default_factory=list)  # C units compiled, over all builds
+    # per installed version, in dispatch order: seconds its miss spent in each stage
+    compile_seconds: list = field(default_factory=list)
 
 
 class SCM:
@@ -116,6 +119,7 @@ class SCM:
                 f"(last miss: {reason})", None, None, result=result)
         if self.versions:
             log.info("trident: recompiling %s: %s", self.fn.__qualname__, reason)
+        t0 = time.perf_counter()
         try:
             cap = capture(self.fn, args, kwargs, dynamic=self.options.dynamic,
                           global_state_fn=self.rt.global_state)
@@ -130,9 +134,14 @@ class SCM:
                 return self._fall_back(str(e), None, None, result=e.result)
             raise
         self.stats.captures += 1
+        t1 = time.perf_counter()
         try:
             version = self._make_version(cap, reason)
+            t2 = time.perf_counter()
             self._install(self.versions + [version])
+            t3 = time.perf_counter()
+            self.stats.compile_seconds.append(
+                {"capture": t1 - t0, "guards_ir": t2 - t1, "build": t3 - t2})
         except UnsupportedError as e:
             return self._fall_back(str(e), None, None, result=cap.result)
         except BuildError as e:
@@ -250,8 +259,13 @@ class SCM:
         if self.so_path:
             out.append(f"  SCM: {self.so_path}  (dispatcher source, command and log beside it; "
                        "the command names each version's object, its source beside it)")
-        for v, (hits, failed) in zip(self.versions, stats):
-            out.append(f"  hits={hits}" + (f" last failed guard=[{failed}]" if failed >= 0 else ""))
+        times = self.stats.compile_seconds + [None] * len(self.versions)
+        for v, (hits, failed), t in zip(self.versions, stats, times):
+            line = f"  hits={hits}" + (f" last failed guard=[{failed}]" if failed >= 0 else "")
+            if t is not None:
+                line += (f"  compiled in {sum(t.values()):.2f} s (capture {t['capture']:.2f}, "
+                         f"guards+IR {t['guards_ir']:.2f}, C build+load {t['build']:.2f})")
+            out.append(line)
             out.append(print_version(v))
             for launch, res in launch_resolvers(v):
                 out.append(f"    {launch.kernel}: {res.summary()}")

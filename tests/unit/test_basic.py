@@ -188,3 +188,17 @@ def test_jit_of_non_function_is_a_type_error():
         trident.jit(torch.sin)
     with pytest.raises(TypeError):
         trident.stats(_affine)
+
+
+def test_each_version_records_where_its_miss_spent_its_time(h):
+    f = trident.jit(_affine)
+    for dt in (torch.float32, torch.float64, torch.float64):
+        h.check(f, _affine, h.rand(3, 3, dtype=dt), h.rand(3, 3, dtype=dt))
+    st = trident.stats(f)
+    cs = st["compile_seconds"]
+    assert len(cs) == st["versions"] == 2  # one entry per version, none for the hit
+    for t in cs:
+        assert set(t) == {"capture", "guards_ir", "build"}
+        assert all(v >= 0 for v in t.values()) and t["capture"] > 0 and t["build"] > 0
+    text = trident.explain(f)
+    assert text.count("compiled in ") == 2 and "capture " in text and "C build+load" in text
