@@ -16,7 +16,7 @@
 # Environment: OUT (default /tmp/out), BENCH_COMMIT (default: git rev-parse, else "unknown"),
 # BENCH_DATE, LIMIT, TAIL, STEPS (space-separated step names to run, from both parts, e.g.
 # STEPS="gpu_tests flaggems_probe flaggems_ops" PART=AB; default: all of the part's), and per step the arguments: PYTEST_ARGS, FG_OPS_ARGS, LLM_ARGS
-# (each replaces the defaults below), FG_OPS_S and LLM_S (their timeouts), LLM_MM (generic | hopper; default generic).
+# CP_ARGS (each replaces the defaults below), FG_OPS_S, LLM_S and CP_S (their timeouts), LLM_MM (generic | hopper; default generic).
 #
 # Caches: FlagGems' tuned-config database and Triton's kernel cache live under /tmp/devcache.
 # CACHES_IN=path/to/caches.tgz (a file an earlier call wrote, carried in an ignored folder such
@@ -90,6 +90,9 @@ A|AB)
   step gpu_tests 200 python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-tests/gpu}
   step gpu_triton 150 python3 benchmarks/gpu_triton.py --out "$OUT/gpu_triton.md"
   step flaggems_probe 90 python3 benchmarks/flaggems_probe.py
+  # shellcheck disable=SC2086
+  step cold_profile ${CP_S:-240} python3 benchmarks/cold_profile.py ${CP_ARGS:-} \
+    --out "$OUT/cold_profile.txt"
   ;;&
 B|AB)
   # 3 shapes and no cpp_wrapper mode (the costliest, measured in the 2026-12-01 run) to fit
