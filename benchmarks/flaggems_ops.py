@@ -18,6 +18,10 @@ Each operator is the body of a function `def f(*args): return <fn>(*args)`, wher
                    shape, graph-break resume functions included, then has its cache entry),
                    then the timed calls under
                    torch.compiler.set_stance("default", skip_guard_eval_unsafe=True).
+                   When compile runs too, this is compile's own compiled function: per shape,
+                   after compile's cold and timed calls, the untimed warm-up calls and the
+                   timed calls under the stance (its cold latency is compile's cold call, the
+                   same compilation); --noguard-separate compiles it on its own instead.
                    A cache entry whose guards include no tensor guard and no guard that ever
                    failed (typically the frame of a FlagGems wrapper, which graph-breaks at
                    its `logger.debug(...)` before touching a tensor) has no "diff guard"
@@ -495,7 +499,7 @@ def iqr_mean(xs: list) -> float:
     return statistics.fmean([x for x in xs if lo <= x <= hi])
 
 
-def timed_series(fn, inputs, sync, warm_ctx, prepare=None):
+def timed_series(fn, inputs, sync, warm_ctx, prepare=None, skip_first=False):
     """Call fn on each input set in turn; the first call is the cold one.  `prepare()`, when
     given, runs after the cold call and before the warm ones, outside `warm_ctx` and outside
     the record (compile_noguard's warm-up under the default stance); its result is returned.
@@ -516,13 +520,20 @@ def timed_series(fn, inputs, sync, warm_ctx, prepare=None):
         e2e.append((t2 - t0) / 1e3)
         return out
 
-    first = one(inputs[0])
+    first = None if skip_first else one(inputs[0])
     info = prepare() if prepare is not None else None
     sync()
     with warm_ctx():
         for args in inputs[1:]:
             last = one(args)
     return host, e2e, first, last, info
+
+
+def timed_warm(fn, inputs, sync, warm_ctx):
+    """The warm calls of timed_series alone: (host, e2e, last output)."""
+    host, e2e, _, last, _ = timed_series(fn, [None, *inputs], sync, warm_ctx,
+                                         skip_first=True)
+    return host, e2e, last
 
 
 def _frames_converted() -> int:
@@ -607,6 +618,8 @@ class Run:
     results: dict = field(default_factory=dict)   # op -> mode -> record
     refs: dict = field(default_factory=dict)      # (op, shape index) -> eager output
     warmed: set = field(default_factory=set)
+    warmups: dict = field(default_factory=dict)   # one-time warm-up -> seconds
+    isa_probe: object = None                      # the thread of start_isa_probe
     stopped: str | None = None
     terminated: bool = False
 
@@ -650,6 +663,8 @@ def prewarm(run: Run, mode: str) -> None:
     if key in run.warmed or key in ("torch", "eager"):
         return
     run.warmed.add(key)
+    if run.isa_probe is not None:
+        run.isa_probe.join()  # before Inductor compiles anything in this process
     t = time.monotonic()
     x = torch.randn(8, device=run.device)
 
@@ -669,7 +684,35 @@ def prewarm(run: Run, mode: str) -> None:
     except Exception as e:  # noqa: BLE001 - the operator runs will record the failure
         print(f"  warm-up for {mode} failed: {type(e).__name__}: {e}"[:400], flush=True)
     torch._dynamo.reset()
+    run.warmups[key] = time.monotonic() - t
     print(f"  warm-up for {mode}: {time.monotonic() - t:.1f}s", flush=True)
+
+
+def start_isa_probe(run: Run) -> None:
+    """Inductor's C++ wrapper first asks which CPU vector ISA the machine has: it builds a
+    test program per candidate ISA and loads each in a fresh Python (cpu_vec_isa.py,
+    `check_build`), once per process: 61 of the 68 s that the compile_cpp warm-up took on a
+    fresh H200 machine.  It belongs to no operator, so it runs in a thread from the start
+    (its time goes to subprocesses on other cores), and the first compile joins it."""
+    try:
+        from torch._inductor import cpu_vec_isa
+    except ImportError:
+        return
+    import threading
+
+    def probe():
+        t = time.monotonic()
+        try:
+            isa = cpu_vec_isa.pick_vec_isa()
+            run.warmups["compile_cpp: CPU ISA probe (background)"] = time.monotonic() - t
+            print(f"  Inductor's CPU ISA probe: {isa} in {time.monotonic() - t:.1f}s "
+                  "(background)", flush=True)
+        except Exception as e:  # noqa: BLE001 - the compile_cpp warm-up will meet it again
+            print(f"  Inductor's CPU ISA probe failed: {type(e).__name__}: {e}"[:300],
+                  flush=True)
+
+    run.isa_probe = threading.Thread(target=probe, name="isa-probe", daemon=True)
+    run.isa_probe.start()
 
 
 def trident_status(tf, caught: list, error: str | None) -> dict:
@@ -698,37 +741,14 @@ def trident_status(tf, caught: list, error: str | None) -> dict:
     return {"status": status, "detail": detail, "stats": st, "warnings": msgs}
 
 
-def run_op_mode(run: Run, op: Op, mode: str) -> dict:
-    rec = {"status": "ok", "detail": "", "shapes": []}
-    impl = run.impls[op.name]
-    if mode != "torch" and isinstance(impl, Unavailable):
-        return {"status": "unavailable", "detail": str(impl), "shapes": []}
-    if mode not in ("torch", "eager"):
-        prewarm(run, mode)
-    torch._dynamo.reset()
-    shapes = op.shapes[:run.args.shapes]
-    tf = None
-    error = None
-    breaks0 = _graph_breaks()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            fn, warm_ctx, tf = build_callable(mode, op, impl)
-            for si, s in enumerate(shapes):
-                if run.left() <= 0:
-                    rec["detail"] = f"time budget: stopped after {si} of {len(shapes)} shapes"
-                    break
-                r = run_shape(run, op, mode, si, s, fn, warm_ctx)
-                if "failed" in r:
-                    rec.setdefault("failed_shapes", []).append(r)
-                else:
-                    rec["shapes"].append(r)
-        except Exception as e:  # noqa: BLE001 - recorded, the run goes on
-            error = f"{type(e).__name__}: {e}".strip()
-            rec["status"], rec["detail"] = "fail", error[:2000]
-            rec["traceback"] = traceback.format_exc()[-4000:]
-    if mode in COMPILE_MODES:
-        rec["graph_breaks"] = _graph_breaks() - breaks0
+def paired(run: Run) -> bool:
+    """compile_noguard rides on compile's run (the same compiled function, after compile's
+    timed calls of each shape) unless --noguard-separate."""
+    return ("compile" in run.args.modes and "compile_noguard" in run.args.modes
+            and not run.args.noguard_separate)
+
+
+def _finish_failed_shapes(rec: dict) -> None:
     bad = rec.get("failed_shapes")
     if bad and rec["status"] == "ok":
         why = (f"skip-guards stance raised on {', '.join(b['shape'] for b in bad)}: "
@@ -738,13 +758,96 @@ def run_op_mode(run: Run, op: Op, mode: str) -> dict:
         else:
             rec["status"], rec["detail"] = "fail", why
             rec["traceback"] = bad[0]["traceback"]
+
+
+def run_op_mode(run: Run, op: Op, mode: str) -> dict:
+    """{mode: record}: one mode, or compile and compile_noguard together (paired(run))."""
+    rec = {"status": "ok", "detail": "", "shapes": []}
+    impl = run.impls[op.name]
+    pair = mode == "compile" and paired(run)
+    if mode != "torch" and isinstance(impl, Unavailable):
+        out = {"status": "unavailable", "detail": str(impl), "shapes": []}
+        return {mode: out, **({"compile_noguard": dict(out)} if pair else {})}
+    if mode not in ("torch", "eager"):
+        prewarm(run, mode)
+    torch._dynamo.reset()
+    shapes = op.shapes[:run.args.shapes]
+    tf = None
+    error = None
+    ng = {"status": "ok", "detail": "", "shapes": [], "paired": True} if pair else None
+    breaks0 = _graph_breaks()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            fn, warm_ctx, tf = build_callable(mode, op, impl)
+            for si, s in enumerate(shapes):
+                if run.left() <= 0:
+                    rec["detail"] = f"time budget: stopped after {si} of {len(shapes)} shapes"
+                    if ng is not None:
+                        ng["detail"] = rec["detail"]
+                    break
+                r = run_shape(run, op, mode, si, s, fn, warm_ctx, then_noguard=pair)
+                if ng is not None:
+                    rn = r.pop("_noguard")
+                    (ng.setdefault("failed_shapes", []) if "failed" in rn
+                     else ng["shapes"]).append(rn)
+                if "failed" in r:
+                    rec.setdefault("failed_shapes", []).append(r)
+                else:
+                    rec["shapes"].append(r)
+        except Exception as e:  # noqa: BLE001 - recorded, the run goes on
+            error = f"{type(e).__name__}: {e}".strip()
+            rec["status"], rec["detail"] = "fail", error[:2000]
+            rec["traceback"] = traceback.format_exc()[-4000:]
+            if ng is not None:
+                ng.update(status="fail", detail=rec["detail"], traceback=rec["traceback"])
+    if mode in COMPILE_MODES:
+        rec["graph_breaks"] = _graph_breaks() - breaks0
+    _finish_failed_shapes(rec)
     if mode == "trident":
         rec["trident"] = trident_status(tf, caught, error)
     rec["warnings"] = sorted({f"{w.category.__name__}: {w.message}"[:500] for w in caught})[:20]
-    return rec
+    out = {mode: rec}
+    if ng is not None:
+        ng["graph_breaks"] = rec["graph_breaks"]  # the same frames: one compile serves both
+        _finish_failed_shapes(ng)
+        ng["warnings"] = rec["warnings"]
+        out["compile_noguard"] = ng
+    return out
 
 
-def run_shape(run: Run, op: Op, mode: str, si: int, s, fn, warm_ctx) -> dict:
+def _shape_record(op: Op, s, dtype, host, e2e, chk, **extra) -> dict:
+    warm_h, warm_e = host[1:], e2e[1:]
+    return {"shape": shape_label(op, s), "dtype": str(dtype).replace("torch.", ""),
+            "cold_host_us": host[0], "cold_e2e_us": e2e[0],
+            "warm_host_us": iqr_mean(warm_h), "warm_e2e_us": iqr_mean(warm_e),
+            "warm_host_median_us": statistics.median(warm_h),
+            "warm_e2e_median_us": statistics.median(warm_e),
+            "check": chk, "host_us": host, "e2e_us": e2e, **extra}
+
+
+def _check_outputs(run: Run, op: Op, si: int, base, outs) -> str:
+    ref = run.refs.get((op.name, si))
+    if ref is None:
+        return "no eager reference"
+    try:
+        for out in outs:
+            check(op, out, ref, base)
+        return "ok"
+    except Exception as e:  # noqa: BLE001 - AssertionError, or a malformed output
+        return "mismatch: " + " ".join(f"{type(e).__name__}: {e}".split())[:300]
+
+
+def _stance_failure(op: Op, s, e: BaseException) -> dict:
+    return {"shape": shape_label(op, s), "failed": " ".join(str(e).split())[:300],
+            "traceback": traceback.format_exc()[-3000:]}
+
+
+def run_shape(run: Run, op: Op, mode: str, si: int, s, fn, warm_ctx,
+              then_noguard: bool = False) -> dict:
+    """One shape of one mode.  With then_noguard (mode compile), after compile's timed calls:
+    compile_noguard's warm-up and its timed calls under the skip-guards stance, on the same
+    compiled function, recorded under "_noguard" (its cold call is compile's)."""
     dtype = op.dtype
     gen = torch.Generator(device=run.device)
     gen.manual_seed(1000 * OPS.index(op) + si)
@@ -761,28 +864,24 @@ def run_shape(run: Run, op: Op, mode: str, si: int, s, fn, warm_ctx) -> dict:
             raise
         # The stance met a frame none of whose cache entries its diff guards accept: this
         # shape failed; the next one runs (its cold call compiles under the default stance).
-        return {"shape": shape_label(op, s), "failed": " ".join(str(e).split())[:300],
-                "traceback": traceback.format_exc()[-3000:]}
+        return _stance_failure(op, s, e)
     if mode == "eager":
         run.refs[(op.name, si)] = first
-    ref = run.refs.get((op.name, si))
-    if ref is None:
-        chk = "no eager reference"
-    else:
+    del inputs
+    rec = _shape_record(op, s, dtype, host, e2e, _check_outputs(run, op, si, base, (first, last)),
+                        **({"noguard": info} if info is not None else {}))
+    if then_noguard:
         try:
-            check(op, first, ref, base)
-            check(op, last, ref, base)
-            chk = "ok"
-        except Exception as e:  # noqa: BLE001 - AssertionError, or a malformed output
-            chk = "mismatch: " + " ".join(f"{type(e).__name__}: {e}".split())[:300]
-    warm_h, warm_e = host[1:], e2e[1:]
-    return {"shape": shape_label(op, s), "dtype": str(dtype).replace("torch.", ""),
-            "cold_host_us": host[0], "cold_e2e_us": e2e[0],
-            "warm_host_us": iqr_mean(warm_h), "warm_e2e_us": iqr_mean(warm_e),
-            "warm_host_median_us": statistics.median(warm_h),
-            "warm_e2e_median_us": statistics.median(warm_e),
-            "check": chk, "host_us": host, "e2e_us": e2e,
-            **({"noguard": info} if info is not None else {})}
+            info = noguard_warmup(fn, lambda: clone_args(base), fill=not run.args.noguard_raw)
+            ng_inputs = [clone_args(base) for _ in range(run.args.iters - 1)]
+            h2, e2, last2 = timed_warm(fn, ng_inputs, run.sync, noguard_ctx)
+        except Exception as e:  # noqa: BLE001 - the stance's miss, or another failure
+            rec["_noguard"] = _stance_failure(op, s, e)
+        else:
+            rec["_noguard"] = _shape_record(
+                op, s, dtype, [host[0], *h2], [e2e[0], *e2],
+                _check_outputs(run, op, si, base, (first, last2)), noguard=info)
+    return rec
 
 
 # --------------------------------------------------------------------------- report
@@ -916,11 +1015,27 @@ def report(run: Run, modes: list, meta: dict) -> tuple[str, dict]:
         L.append("- compile skip-guards: per shape, the cold call, untimed calls under the default "
                  "stance until one compiles no frame, then the timed calls under "
                  "`set_stance(skip_guard_eval_unsafe=True)`"
+                 + ("; on torch.compile's compiled function, after its timed calls of the "
+                    "shape (the cold call, and so the cold latency, is torch.compile's)"
+                    if paired(run) else "")
                  + ("; cache entries without a diff-guard manager left as torch built them "
                     "(`--noguard-raw`)" if run.args.noguard_raw else
                     "; cache entries that torch left without a diff-guard manager (no tensor "
                     "guard, no failed guard: the stance could never hit them) get an empty one "
                     "before the timed calls"))
+    secs = {}
+    for o in ops:
+        for m, r in run.results[o].items():
+            if "seconds" in r:
+                secs[m] = secs.get(m, 0.0) + r["seconds"]
+    if secs:
+        L.append("- seconds per mode (all operators, compilation and autotuning included): "
+                 + ", ".join(f"{MODE_LABEL[m]} {secs[m]:.0f}" for m in RUN_ORDER if m in secs)
+                 + (" (torch.compile's includes compile skip-guards' calls)"
+                    if paired(run) and "compile" in secs else ""))
+    if run.warmups:
+        L.append("- one-time warm-ups (seconds, before the first operator of their mode): "
+                 + ", ".join(f"{k} {v:.1f}" for k, v in run.warmups.items()))
     L.append("")
     if run.stopped:
         L += [f"**Run stopped early: {run.stopped}.**", ""]
@@ -1097,6 +1212,13 @@ def parse_args(argv=None):
     ap.add_argument("--noguard-raw", action="store_true",
                     help="compile_noguard: leave cache entries without a diff-guard manager as "
                          "torch built them (the skip-guards stance then misses on them)")
+    ap.add_argument("--no-isa-probe", action="store_true",
+                    help="compile_cpp: do not run Inductor's CPU ISA probe in a background "
+                         "thread from the start (its warm-up then pays for it)")
+    ap.add_argument("--noguard-separate", action="store_true",
+                    help="compile_noguard compiles on its own (by default it uses compile's "
+                         "compiled function: after compile's timed calls of each shape, its "
+                         "warm-up and timed calls under the skip-guards stance)")
     ap.add_argument("--tag", default=None, help="file name tag (default: provider/GPU)")
     ap.add_argument("--date", default=os.environ.get("BENCH_DATE", str(_dt.date.today())))
     a = ap.parse_args(argv)
@@ -1157,6 +1279,8 @@ def main(argv=None) -> int:
 
     run = Run(a, device, sync, impls)
     run.results = {o: {} for o in a.ops}
+    if "compile_cpp" in a.modes and not a.no_isa_probe:
+        start_isa_probe(run)
 
     def on_term(signum, frame):
         run.terminated = True
@@ -1180,7 +1304,7 @@ def main(argv=None) -> int:
         text, summary = report(run, a.modes, meta)
         stem.with_suffix(".md").write_text(text)
         raw = {"meta": meta, "args": vars(a), "summary": summary, "stopped": run.stopped,
-               "unavailable": unavailable,
+               "warmups": run.warmups, "unavailable": unavailable,
                "ops": {o: {"what": OP_BY_NAME[o].what,
                            "function": f"flag_gems.ops.{OP_BY_NAME[o].module}."
                                        f"{OP_BY_NAME[o].function}",
@@ -1192,17 +1316,23 @@ def main(argv=None) -> int:
         with torch.no_grad():
             for mode in [m for m in RUN_ORDER if m in a.modes]:
                 for o in a.ops:
+                    if mode == "compile_noguard" and paired(run):
+                        break  # measured with compile (or skipped with it)
                     if run.left() <= 0:
-                        run.results[o][mode] = {"status": "skipped",
-                                                "detail": "time budget", "shapes": []}
+                        for m in [mode] + (["compile_noguard"] if mode == "compile"
+                                           and paired(run) else []):
+                            run.results[o][m] = {"status": "skipped",
+                                                 "detail": "time budget", "shapes": []}
                         run.stopped = run.stopped or (f"time budget of {a.budget_s:.0f} s "
                                                       f"spent before {mode}/{o}")
                         continue
                     t = time.monotonic()
-                    rec = run_op_mode(run, OP_BY_NAME[o], mode)
+                    recs = run_op_mode(run, OP_BY_NAME[o], mode)
+                    rec = recs[mode]
                     rec["seconds"] = time.monotonic() - t
-                    run.results[o][mode] = rec
-                    line = trident_cell(run, o) if mode == "trident" else mode_cell(run, o, mode)
+                    run.results[o].update(recs)
+                    line = trident_cell(run, o) if mode == "trident" else \
+                        "; ".join(f"{m}: {mode_cell(run, o, m)}" for m in recs)
                     warm = ", ".join(f"{r['warm_host_us']:.1f}" for r in rec["shapes"])
                     print(f"[{time.monotonic() - T0:6.1f}s] {mode:15s} {o:16s} "
                           f"{rec['seconds']:5.1f}s  warm host us [{warm}]  "

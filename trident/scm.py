@@ -61,6 +61,9 @@ class SCM:
         self.versions: list[ir.Version] = []
         self.lock = threading.RLock()
         self.fallback_reason: str | None = None
+        # Index of the first version whose capture found that this function's Triton
+        # launches need static shapes; from then on misses capture statically.
+        self.static_after: int | None = None
         self._warned_mode = False
         self.stats = Stats()
         self.c_source: str | None = None
@@ -121,7 +124,7 @@ class SCM:
             log.info("trident: recompiling %s: %s", self.fn.__qualname__, reason)
         t0 = time.perf_counter()
         try:
-            cap = capture(self.fn, args, kwargs, dynamic=self.options.dynamic,
+            cap = capture(self.fn, args, kwargs, dynamic=self._capture_dynamic(),
                           global_state_fn=self.rt.global_state)
         except CaptureError as e:
             # Either the user's code raises (eager raises the same) or Dynamo
@@ -134,6 +137,9 @@ class SCM:
                 return self._fall_back(str(e), None, None, result=e.result)
             raise
         self.stats.captures += 1
+        if cap.triton_needs_static and self.static_after is None:
+            self.static_after = len(self.versions)
+            cap.notes.append("later misses capture with static shapes at once")
         t1 = time.perf_counter()
         try:
             version = self._make_version(cap, reason)
@@ -159,6 +165,15 @@ class SCM:
                                    result=cap.result)
         return cap.result
 
+    def _capture_dynamic(self):
+        """Dynamic setting of the next capture.  Once a dynamic attempt of this function had
+        to be redone with static shapes because a Triton launch's autotune key or heuristics
+        read a dynamic size, later misses capture with static shapes at once: the dynamic
+        trace would be thrown away again (for a FlagGems pointwise operator it cost 3-4 s
+        of a 5 s miss on the H200).  Static capture is always valid; it only specializes
+        more (one version per shape, as the retry gives anyway)."""
+        return False if self.static_after is not None else self.options.dynamic
+
     def _make_version(self, cap, reason: str) -> ir.Version:
         consts = ConstPool()
         guards = translate(cap.guard_entries, cap, self.fn, consts, self.rt)
@@ -166,7 +181,7 @@ class SCM:
         program, output, nslots = lower(cap, conv, consts, self.rt, guards)
         v = ir.Version(index=len(self.versions), guards=guards, program=program,
                        output=output, nslots=nslots, consts=tuple(consts.objs),
-                       reason=reason)
+                       reason=reason, notes=tuple(cap.notes))
         self._dump(v, cap)
         return v
 
@@ -266,6 +281,7 @@ class SCM:
                 line += (f"  compiled in {sum(t.values()):.2f} s (capture {t['capture']:.2f}, "
                          f"guards+IR {t['guards_ir']:.2f}, C build+load {t['build']:.2f})")
             out.append(line)
+            out.extend(f"  note: {n}" for n in v.notes)
             out.append(print_version(v))
             for launch, res in launch_resolvers(v):
                 out.append(f"    {launch.kernel}: {res.summary()}")

@@ -28,6 +28,8 @@ def _aten_version() -> ir.Version:
                        (128,), (1,)),
         ir.EqualsMatch(ir.Local(2, "eps"), 1, 2, "1e-06"),
         ir.IdMatch(ir.Attr(ir.Global("torch"), "rsqrt"), 3, "torch.rsqrt"),
+        # through a function attribute: the unit's own cold evaluation (trt_envg<k>)
+        ir.IdMatch(ir.Attr(ir.Global("helper"), "__code__"), 4, "helper.__code__"),
         ir.Distinct((x, w)),
         ir.ShapeGuard(ir.BinOp("<=", ir.IntConst(2), ir.SymLeaf(ir.TensorSize(x, 0))),
                       "2 <= s0"),
@@ -45,7 +47,7 @@ def _aten_version() -> ir.Version:
         ir.Call("aten::mul", "Tensor", (ir.Slot(7), ir.Slot(1)), (8,)),
     )
     out = ir.OutSeq("tuple", (ir.OutSlot(8), ir.OutSym("s0"), ir.OutSource(x)))
-    return ir.Version(0, guards, program, out, 9, consts=(object(),) * 4)
+    return ir.Version(0, guards, program, out, 9, consts=(object(),) * 5)
 
 
 def _triton_version() -> ir.Version:

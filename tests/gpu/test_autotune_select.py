@@ -125,3 +125,53 @@ def test_in_place_kernel_runs_once_per_call_on_new_and_known_keys():
         assert got is y
         torch.testing.assert_close(y, want)
     assert trident.stats(f)["fallbacks"] == 0
+
+
+def _keep_all(configs, named_args, **kwargs):
+    return configs
+
+
+# Pruning makes the config choice the user's tuner's alone (no native selection): a dynamic
+# size in its key needs static shapes, one version per size.
+@triton.autotune(configs=[triton.Config({"BLOCK": 128}, num_warps=4),
+                          triton.Config({"BLOCK": 512}, num_warps=4)], key=["n"],
+                 prune_configs_by={"early_config_prune": _keep_all})
+@triton.jit
+def _tuned_pruned(X, Y, n, s, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    tl.store(Y + i, tl.load(X + i, mask=m) * s, mask=m)
+
+
+def _scale_pruned(x):
+    y = torch.empty_like(x)
+    n = x.numel()
+    _tuned_pruned[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, n, 5.0)
+    return y
+
+
+def test_static_retry_is_remembered(monkeypatch):
+    """After one dynamic capture had to be redone with static shapes, later misses capture
+    statically at once (no second dynamic trace); results stay eager's."""
+    import trident.scm as scm_mod
+
+    seen = []
+    real = scm_mod.capture
+
+    def recording(*a, **kw):
+        seen.append(kw.get("dynamic"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(scm_mod, "capture", recording)
+    f = trident.jit(_scale_pruned, strict=True)
+    sizes = (256, 300, 4096, 5000, 300, 256)
+    for n in sizes:
+        x = torch.randn(n, device=DEV)
+        torch.testing.assert_close(f(x), x * 5.0)
+        torch.testing.assert_close(f(x), _scale_pruned(x))
+    st = trident.stats(f)
+    assert st["fallbacks"] == 0 and st["versions"] == 4, trident.explain(f)
+    assert seen == [None, None, False, False], seen
+    ex = trident.explain(f)
+    assert "a Triton autotune key or heuristic reads a dynamic size" in ex
+    assert "later misses capture with static shapes at once" in ex

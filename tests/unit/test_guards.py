@@ -542,3 +542,63 @@ def test_shadowing_a_builtin_with_a_global_is_a_miss(h):
     torch.testing.assert_close(f(x), x * 10)
     del g["len"]
     torch.testing.assert_close(f(x), x * 2)
+
+
+# ------------------------------------------------ global chains (trt_envg_chain)
+
+import types as _types  # noqa: E402
+
+_cfg = _types.ModuleType("_trident_test_cfg")
+_cfg.inner = _types.ModuleType("_trident_test_cfg.inner")
+_cfg.inner.factor = 2.0
+_cfg.scale_fn = torch.sin
+
+
+def _uses_module_chain(x):
+    return _cfg.scale_fn(x) * _cfg.inner.factor
+
+
+def _kw_helper(x, *, k=3.0):
+    return x * k
+
+
+def _uses_kwdefault(x):
+    return _kw_helper(x) + 1
+
+
+def test_module_attribute_chain_changes_are_misses(h):
+    """Guards on G['_cfg'].inner.factor and G['_cfg'].scale_fn: each rebinding anywhere on the
+    chain, at any depth, gives eager's answer."""
+    old_factor, old_fn, old_inner = _cfg.inner.factor, _cfg.scale_fn, _cfg.inner
+    f = trident.jit(_uses_module_chain)
+    try:
+        h.check(f, _uses_module_chain, h.rand(5))
+        h.check(f, _uses_module_chain, h.rand(5))
+        _cfg.inner.factor = -0.5
+        h.check(f, _uses_module_chain, h.rand(5))
+        _cfg.scale_fn = torch.cos
+        h.check(f, _uses_module_chain, h.rand(5))
+        _cfg.inner = _types.ModuleType("_trident_test_cfg.inner2")
+        _cfg.inner.factor = 4.0
+        h.check(f, _uses_module_chain, h.rand(5))
+        _cfg.inner = old_inner  # back to the first module, whose factor is -0.5 now
+        h.check(f, _uses_module_chain, h.rand(5))
+        assert trident.stats(f)["fallbacks"] == 0
+    finally:
+        _cfg.inner, _cfg.inner.factor, _cfg.scale_fn = old_inner, old_factor, old_fn
+
+
+def test_mutating_kwdefaults_in_place_is_a_miss(h):
+    """A guard through a function's __kwdefaults__ (the unit's own cold helper)."""
+    old = dict(_kw_helper.__kwdefaults__)
+    f = trident.jit(_uses_kwdefault)
+    try:
+        h.check(f, _uses_kwdefault, h.rand(4))
+        _kw_helper.__kwdefaults__["k"] = -2.0
+        h.check(f, _uses_kwdefault, h.rand(4))
+        _kw_helper.__kwdefaults__ = {"k": 5.0}
+        h.check(f, _uses_kwdefault, h.rand(4))
+        h.check(f, _uses_kwdefault, h.rand(4))
+        assert trident.stats(f)["fallbacks"] == 0
+    finally:
+        _kw_helper.__kwdefaults__ = old

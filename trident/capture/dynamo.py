@@ -49,6 +49,9 @@ class Capture:
     notes: list = field(default_factory=list)
     # Guards Trident's adapters add (see capture/adapters.py): (kind, Source, payload).
     extra_guards: list = field(default_factory=list)
+    # A dynamic attempt stopped because a Triton launch's autotune key or heuristics read a
+    # dynamic size, and this capture is the static retry.
+    triton_needs_static: bool = False
 
 
 class _NeedStatic(Exception):
@@ -235,6 +238,7 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
                 if st.get("need_static"):
                     raise
             else:
+                cap.triton_needs_static = bool(st.get("need_static"))
                 cap.notes.append("captured with static shapes: "
                                  + ("a Triton autotune key or heuristic reads a dynamic size"
                                     if st.get("need_static") else

@@ -68,11 +68,15 @@ class _Tables:
         self.launches: list[str] = []  # C statements creating Triton launches
         self.nenv = 0  # cached environment guards
         self.decls: list[str] = []
+        self.helpers: list[str] = []  # static functions before the version's (env guards)
 
     def name(self, s: str) -> str:
+        return f"S->N[{self.name_ix(s)}]"
+
+    def name_ix(self, s: str) -> int:
         if s not in self.names:
             self.names.append(s)
-        return f"S->N[{self.names.index(s)}]"
+        return self.names.index(s)
 
 
 class _VersionGen:
@@ -246,13 +250,32 @@ class _VersionGen:
     def _env_guard(self, k: int, g, fail: str) -> None:
         """An identity/equality guard on a global chain, skipped while the
         dicts it read are unchanged (trt_envcache in scm_prelude.h).  Its
-        loads are private: later guards never depend on them."""
+        loads are private: later guards never depend on them.  The check of
+        the cache stays in the version's function; the evaluation, which runs
+        only when a dict changed, is a cold function of its own: a FlagGems
+        wrapper has ~50 of these, and gcc compiles many small functions much
+        faster than one function holding them all."""
         chain = _env_chain(g.source)
         j = self.mod.nenv
         self.mod.nenv += 1
         c = f"(&S->env[{j}])"
         root, names = chain[0], chain[1:]
-        lines = [f"  if (!trt_envcache_hit({c})) {{", f"    trt_envcache_reset({c});"]
+        if isinstance(g, ir.IdMatch):
+            want = f"{self.K(g.const)}, NULL"
+        else:
+            want = f"{self.K(g.const)}, {self.K(g.type_const)}"
+        if not any(nm == "__dict__" or nm in _FUNC_ATTRS for nm in names):
+            # Globals and module attributes only: scm_main.c's trt_envg_chain evaluates it.
+            ix = ([self.mod.name_ix(root.name)] if isinstance(root, ir.Global) else []) + \
+                [self.mod.name_ix(nm) for nm in names]
+            rootc = "NULL" if isinstance(root, ir.Global) else self.K(root.index)
+            self.mod.decls.append(f"static const int envix{k}[] = {{{', '.join(map(str, ix))}}};")
+            self.lines.append(
+                f"  if (!trt_envcache_hit({c}) && !trt_envg_chain({c}, S->globals, S->builtins, "
+                f"S->N, envix{k}, {len(ix)}, {rootc}, {want})) {fail};")
+            return
+        lines = [f"static TRT_COLD int trt_envg{k}(version_state *S) {{",
+                 "  PyObject *const *K = S->K;", f"  trt_envcache_reset({c});"]
         tmps = []
         if isinstance(root, ir.Global):
             expr = f"trt_env_global({c}, S->globals, S->builtins, {self.mod.name(root.name)})"
@@ -264,22 +287,24 @@ class _VersionGen:
             if i > 0:
                 nm = names[i - 1]
                 if nm == "__dict__" or nm in _FUNC_ATTRS:
-                    lines.append(f"    if ({c}->n >= 0) {{ trt_envcache_reset({c}); {c}->n = -1; }}")
+                    lines.append(f"  if ({c}->n >= 0) {{ trt_envcache_reset({c}); {c}->n = -1; }}")
                     expr = _attr_expr(tmps[i - 1], nm, self.mod.name(nm))
                 else:
                     expr = f"trt_env_modattr({c}, {tmps[i - 1]}, {self.mod.name(nm)})"
-            lines.append(f"    PyObject *{t} = {expr};")
+            lines.append(f"  PyObject *{t} = {expr};")
         last = tmps[-1]
         if isinstance(g, ir.IdMatch):
             cond = f"{last} && {last} == {self.K(g.const)}"
         else:
             cond = f"trt_equals({last}, {self.K(g.type_const)}, {self.K(g.const)})"
-        lines.append(f"    int pass = {cond};")
-        lines += [f"    Py_XDECREF({t});" for t in tmps]
-        lines.append(f"    if (!pass) {{ trt_envcache_reset({c}); {fail}; }}")
-        lines.append(f"    trt_envcache_commit({c});")
-        lines.append("  }")
-        self.lines.extend(lines)
+        lines.append(f"  int pass = {cond};")
+        lines += [f"  Py_XDECREF({t});" for t in tmps]
+        lines.append(f"  if (!pass) {{ trt_envcache_reset({c}); return 0; }}")
+        lines.append(f"  trt_envcache_commit({c});")
+        lines.append("  return 1;")
+        lines.append("}")
+        self.mod.helpers.extend(lines)
+        self.lines.append(f"  if (!trt_envcache_hit({c}) && !trt_envg{k}(S)) {fail};")
 
     # -- program
     def instr(self, ins) -> None:
@@ -624,6 +649,9 @@ def generate_version(v: ir.Version) -> Unit:
            "} version_state;", ""]
     out.extend(mod.decls)
     out.append("")
+    if mod.helpers:
+        out.extend(mod.helpers)
+        out.append("")
     out.append(body)
     out.append(f"void trident_version_{i}_free(void *st) {{")
     out.append("  version_state *S = (version_state *)st;\n  if (!S) return;")

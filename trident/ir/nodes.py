@@ -636,3 +636,4 @@ class Version:
     nslots: int
     consts: tuple = field(compare=False)
     reason: str = ""  # why it was captured (the guard that missed)
+    notes: tuple = field(default=(), compare=False)  # how it was captured (capture notes)

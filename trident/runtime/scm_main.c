@@ -15,6 +15,33 @@ _Static_assert(TRT_SCM_MISS == TRT_MISS, "scm_dispatch.h disagrees with trident_
 
 static const trt_api *api;
 
+int trt_envg_chain(trt_envcache *c, PyObject *globals, PyObject *builtins, PyObject *const *names,
+                   const int *ix, int n, PyObject *root, PyObject *expect, PyObject *type) {
+  trt_envcache_reset(c);
+  PyObject *v;
+  int i = 0;
+  if (!root) {
+    v = trt_env_global(c, globals, builtins, names[ix[0]]);
+    i = 1;
+  } else {
+    Py_INCREF(root);
+    v = root;
+  }
+  for (; v && i < n; ++i) {
+    PyObject *next = trt_env_modattr(c, v, names[ix[i]]);
+    Py_DECREF(v);
+    v = next;
+  }
+  int pass = v && (type ? trt_equals(v, type, expect) : v == expect);
+  Py_XDECREF(v);
+  if (!pass) {
+    trt_envcache_reset(c);
+    return 0;
+  }
+  trt_envcache_commit(c);
+  return 1;
+}
+
 typedef struct scm_state {
   PyObject *consts; /* (globals, builtins, *pool of each version); owned */
   void *v[];        /* each version's state, in dispatch order */

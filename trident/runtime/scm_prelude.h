@@ -14,6 +14,8 @@
 #include <math.h>
 
 #define TRT_EXPORT __attribute__((visibility("default")))
+/* A guard evaluation that runs only when something changed: kept out of line. */
+#define TRT_COLD __attribute__((noinline, cold))
 
 /* The units of one SCM and their prototypes (no Python.h needed there). */
 #include "scm_dispatch.h"
@@ -385,5 +387,13 @@ static inline PyObject *trt_env_modattr(trt_envcache *c, PyObject *o, PyObject *
   }
   return trt_getattr(o, name);
 }
+
+/* An environment guard on a chain of globals and module attributes, evaluated when its cache
+ * missed (defined once, in scm_main.c): the value is the global names[ix[0]] when root is
+ * NULL, else root; then the module attributes names[ix[i]] for the rest of the n indices.  It
+ * passes when that value is `expect` (type NULL) or trt_equals(value, type, expect); the
+ * cache c is committed on a pass and left reset on a failure. */
+int trt_envg_chain(trt_envcache *c, PyObject *globals, PyObject *builtins, PyObject *const *names,
+                   const int *ix, int n, PyObject *root, PyObject *expect, PyObject *type);
 
 #endif /* TRIDENT_SCM_PRELUDE_H */
