@@ -219,3 +219,40 @@ def test_versions_do_not_exceed_max_versions_default_dynamic(h, record_warnings)
             for n in (2, 3):
                 h.check(f, _norm, h.rand(n, d), h.rand(d))
     assert trident.stats(f)["versions"] <= 3
+
+
+def _scaled(x):
+    return x * 3 - 1
+
+
+def test_after_a_static_retry_for_triton_later_misses_capture_statically(h, monkeypatch):
+    """The SCM's policy (Capture.triton_needs_static): once a capture was a static retry
+    because a Triton launch's autotune key read a dynamic size, later misses ask for static
+    shapes at once.  The retry itself needs a Triton launch (tests/gpu); here the second
+    capture reports it, as capture() does after a retry."""
+    import trident.scm as scm_mod
+
+    asked = []
+    real = scm_mod.capture
+
+    def capture(*a, **kw):
+        asked.append(kw.get("dynamic"))
+        if len(asked) != 2:
+            return real(*a, **kw)
+        cap = real(*a, **{**kw, "dynamic": False})  # what the retry captures
+        cap.triton_needs_static = True
+        cap.notes.append("captured with static shapes: a Triton autotune key or heuristic "
+                         "reads a dynamic size")
+        return cap
+
+    monkeypatch.setattr(scm_mod, "capture", capture)
+    f = trident.jit(_scaled)
+    for n in (3, 4, 5, 6, 4, 3, 7):
+        h.check(f, _scaled, h.rand(n, 2))
+    assert asked[:2] == [None, None] and all(d is False for d in asked[2:]), asked
+    st = trident.stats(f)
+    assert st["fallbacks"] == 0
+    # sizes 3 and 4 got their versions before the retry was known; 5, 6 and 7 one each
+    assert st["versions"] == len(asked) == 5, trident.explain(f)
+    ex = trident.explain(f)
+    assert "later misses capture with static shapes at once" in ex
