@@ -8,7 +8,7 @@ The operators, their inputs and the modes are flaggems_ops.py's.  Per operator, 
 first on every shape (it compiles FlagGems' Triton kernels, as in flaggems_ops.py, so later
 modes do not pay for that), then each mode on each shape: the first call of each shape is
 profiled and timed, and a Trident function's `compile_seconds` (capture, guards+IR, build) is
-printed beside it.  The one-time warm-ups (Trident's runtime build, a trivial torch.compile,
+printed beside it (and `trident.explain` goes to --out).  The one-time warm-ups (Trident's runtime build, a trivial torch.compile,
 with the C++ wrapper for compile_cpp) are timed and profiled too, before any operator.
 
 Writes the full cumulative-time listings to --out (default: stdout only gets a one-line
@@ -119,6 +119,7 @@ def main(argv=None) -> int:
                     profiled(f"{mode} {name} {fo.shape_label(op, s)}", fn, inputs(si, s), sync,
                              a.top, sink)
                 if tf is not None:
+                    sink.write(f"\n===== explain: {name}\n{trident.explain(tf)}\n")
                     for i, cs in enumerate(trident.stats(tf)["compile_seconds"]):
                         print(f"   version {i}: " + ", ".join(f"{k} {v:.3f} s"
                                                          for k, v in cs.items()), flush=True)
