@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import warnings
 
+import pytest
 import torch
 
 import trident
@@ -221,8 +222,14 @@ def _pad_to_pow2(x):
 def test_next_power_of_2_polyfill_equals_triton_arithmetic():
     from trident.capture.adapters import _next_power_of_2
 
-    for n in list(range(-70, 300)) + [2**31 - 1, 2**31, 2**31 + 1, 2**40 + 3]:
+    for n in list(range(-70, 300)) + [2**31 - 1, 2**31, 2**31 + 1, 2**40 + 3, True]:
         assert _next_power_of_2(n) == _bits_npo2(n), n
+    for bad in (3.0, 0.5):
+        with pytest.raises(TypeError) as want:
+            _bits_npo2(bad)
+        with pytest.raises(TypeError) as got:
+            _next_power_of_2(bad)
+        assert str(got.value) == str(want.value)
 
 
 def test_next_power_of_2_of_a_dynamic_size_is_a_range_guard(h, monkeypatch):

@@ -104,7 +104,7 @@ def register_function_polyfill(fn, poly) -> None:
 def _next_power_of_2(n):
     """triton.next_power_of_2(n), as comparisons (Dynamo turns each one on a
     dynamic size into a shape guard and the result into a constant)."""
-    if n < 1:  # Triton's own arithmetic: 0 for n <= 0
+    if isinstance(n, float) or n < 1:  # Triton's own arithmetic (0; a float raises)
         m = n - 1
         for s in (1, 2, 4, 8, 16, 32):
             m = m | (m >> s)
