@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import warnings
 
-import pytest
 import torch
 
 import trident
@@ -194,76 +193,3 @@ def test_strided_buffer_standin_points_at_the_offset_element():
         assert t.dtype == x.dtype and t.reshape(-1)[0] == x.reshape(-1)[off]
         g = torch.compile(arg, backend="eager", fullgraph=True, dynamic=True)(x, off)
         assert g.data_ptr() == t.data_ptr()
-
-
-# ------------------------------------------- next_power_of_2 of a dynamic size
-
-
-def _bits_npo2(n):
-    """Triton's next_power_of_2, as Triton writes it."""
-    n -= 1
-    n |= n >> 1
-    n |= n >> 2
-    n |= n >> 4
-    n |= n >> 8
-    n |= n >> 16
-    n |= n >> 32
-    n += 1
-    return n
-
-
-def _pad_to_pow2(x):
-    n = x.shape[0]
-    p = _bits_npo2(n)
-    tiles = _bits_npo2((n + 3) // 4)  # nested, as FlagGems' cumsum does
-    return torch.nn.functional.pad(x, (0, 0, 0, p - n)) * tiles
-
-
-def test_next_power_of_2_polyfill_equals_triton_arithmetic():
-    from trident.capture.adapters import _next_power_of_2
-
-    for n in list(range(-70, 300)) + [2**31 - 1, 2**31, 2**31 + 1, 2**40 + 3, True]:
-        assert _next_power_of_2(n) == _bits_npo2(n), n
-    for bad in (3.0, 0.5):
-        with pytest.raises(TypeError) as want:
-            _bits_npo2(bad)
-        with pytest.raises(TypeError) as got:
-            _next_power_of_2(bad)
-        assert str(got.value) == str(want.value)
-
-
-def test_next_power_of_2_of_a_dynamic_size_is_a_range_guard(h, monkeypatch):
-    """Registered as Triton's is: each power-of-two bucket of sizes gets a version whose
-    guards are comparisons, not the shifts and ors; results are eager's."""
-    from trident.capture import adapters
-
-    monkeypatch.setattr(adapters, "_FUNC_POLYFILLS", {})
-    adapters.register_function_polyfill(_bits_npo2, adapters._next_power_of_2)
-    f = trident.jit(_pad_to_pow2)
-    for n in (5, 6, 7, 8, 9, 12, 16, 17, 3, 33, 7, 12):
-        h.check(f, _pad_to_pow2, h.rand(n, 3))
-    st = trident.stats(f)
-    assert st["fallbacks"] == 0
-    ex = trident.explain(f)
-    assert "|" not in "".join(ln for ln in ex.splitlines() if " shape " in ln), ex
-    # (4, 8], (8, 16], (16, 32], (32, 64] and the first sizes: not one version for all
-    assert 4 <= st["versions"] <= 7, ex
-    assert sum(st["hits"]) >= 4  # 7, 8, 12, 16, the second 7 and 12 hit
-
-
-def test_next_power_of_2_polyfill_keeps_its_name_guarded(h, monkeypatch):
-    """Rebinding the global the function called through is a miss, not the stand-in."""
-    from trident.capture import adapters
-
-    global _bits_npo2
-    monkeypatch.setattr(adapters, "_FUNC_POLYFILLS", {})
-    real = _bits_npo2
-    adapters.register_function_polyfill(real, adapters._next_power_of_2)
-    f = trident.jit(_pad_to_pow2)
-    try:
-        h.check(f, _pad_to_pow2, h.rand(6, 2))
-        _bits_npo2 = lambda n: real(n) * 2  # noqa: E731
-        h.check(f, _pad_to_pow2, h.rand(6, 2))
-    finally:
-        _bits_npo2 = real
-    h.check(f, _pad_to_pow2, h.rand(6, 2))

@@ -36,13 +36,6 @@ so nothing it assumes goes unguarded.
   the capture keeps the first three.
 * **`math.prod` over a generator** (FlagGems' generated wrappers) is traced
   as the same product in Python; torch 2.11 cannot call the builtin on one.
-* **`triton.next_power_of_2` of a dynamic size** is traced as a loop of
-  comparisons: the version gets the power of two as a constant under the
-  shape guards `p/2 < n <= p`, where Dynamo would carry Triton's six shifts
-  and ors as a symbolic expression.  Nested (FlagGems' cumsum takes the next
-  power of two of a `cdiv` of one), that expression grew to a 500 KB guard
-  that took Dynamo 43 s to build, gcc 22 s to compile and every call 25 us
-  to evaluate.  `register_function_polyfill(fn, poly)` adds others.
 * **Tensor-like wrappers passed to kernels** (FlagGems' `StridedBuffer`):
   traced as a subclass that also carries a tensor with the same data
   pointer and dtype, which is what the launch receives.
@@ -91,39 +84,6 @@ def _wrapped_attr(value):
 _TENSOR_WRAPPERS: dict = {("flag_gems.utils.tensor_wrapper", "StridedBuffer"):
                           "_strided_buffer"}
 _POLYFILLS: dict = {}
-_FUNC_POLYFILLS: dict = {}  # id(function) -> (function, its traced stand-in)
-
-
-def register_function_polyfill(fn, poly) -> None:
-    """Trace calls of `fn` (reached through a global or an attribute) as `poly`,
-    which must compute the same value for every argument; the version guards
-    that the name still holds `fn`."""
-    _FUNC_POLYFILLS[id(fn)] = (fn, poly)
-
-
-def _next_power_of_2(n):
-    """triton.next_power_of_2(n), as comparisons (Dynamo turns each one on a
-    dynamic size into a shape guard and the result into a constant)."""
-    if isinstance(n, float) or n < 1:  # Triton's own arithmetic (0; a float raises)
-        m = n - 1
-        for s in (1, 2, 4, 8, 16, 32):
-            m = m | (m >> s)
-        return m + 1
-    p = 1
-    while p < n:
-        p = p * 2
-    return p
-
-
-def _function_polyfill(value):
-    hit = _FUNC_POLYFILLS.get(id(value))
-    if hit is not None and hit[0] is value:
-        return hit[1]
-    tr = sys.modules.get("triton")
-    if tr is not None and value is getattr(tr, "next_power_of_2", None):
-        register_function_polyfill(value, _next_power_of_2)
-        return _next_power_of_2
-    return None
 
 
 def _polyfill_for(value):
@@ -210,13 +170,6 @@ def active(state: State):
 
             self.install_guards(GuardBuilder.ID_MATCH)  # on the real class
             return UserDefinedClassVariable(poly)
-        fpoly = _function_polyfill(value) if callable(value) else None
-        if fpoly is not None and self.source is not None:
-            from torch._dynamo.guards import GuardBuilder
-            from torch._dynamo.variables.functions import UserFunctionVariable
-
-            self.install_guards(GuardBuilder.ID_MATCH)  # the name still holds the function
-            return UserFunctionVariable(fpoly)
         if value is math.prod and self.source is not None:
             # torch 2.11 cannot pass a generator to the builtin; the same
             # product as Python code traces (FlagGems' generated wrappers).
