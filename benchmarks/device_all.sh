@@ -15,8 +15,10 @@
 #
 # Environment: OUT (default /tmp/out), BENCH_COMMIT (default: git rev-parse, else "unknown"),
 # BENCH_DATE, LIMIT, TAIL, STEPS (space-separated step names to run, from both parts, e.g.
-# STEPS="gpu_tests flaggems_probe flaggems_ops" PART=AB; default: all of the part's), and per step the arguments: PYTEST_ARGS, FG_OPS_ARGS, LLM_ARGS
-# CP_ARGS (each replaces the defaults below), FG_OPS_S, LLM_S and CP_S (their timeouts), LLM_MM (generic | hopper; default generic).
+# STEPS="gpu_tests flaggems_probe flaggems_ops" PART=AB; default: all of the part's), and per
+# step the arguments: PYTEST_ARGS, FG_OPS_ARGS, LLM_ARGS, CP_ARGS (each replaces the defaults
+# below), FG_OPS_S, LLM_S and CP_S (their timeouts), LLM_MM (generic | hopper; default generic).
+# Step cold_profile (part A) runs benchmarks/cold_profile.py into $OUT/cold_profile.txt.
 #
 # Caches: FlagGems' tuned-config database and Triton's kernel cache live under /tmp/devcache.
 # CACHES_IN=path/to/caches.tgz (a file an earlier call wrote, carried in an ignored folder such

@@ -1203,7 +1203,7 @@ def parse_args(argv=None):
     ap.add_argument("--shapes", type=int, default=5, help="first N shapes of each operator")
     ap.add_argument("--iters", type=int, default=30, help="calls per shape (first = cold)")
     ap.add_argument("--quick", action="store_true", help="2 shapes, 10 calls per shape")
-    ap.add_argument("--budget-s", type=float, default=420,
+    ap.add_argument("--budget-s", type=float, default=450,
                     help="stop starting new work after this many seconds (0 = no limit)")
     ap.add_argument("--provider", choices=("flaggems", "stub"), default="flaggems")
     ap.add_argument("--device", default=None, help="cuda (default when present) or cpu")

@@ -602,3 +602,50 @@ def test_mutating_kwdefaults_in_place_is_a_miss(h):
         assert trident.stats(f)["fallbacks"] == 0
     finally:
         _kw_helper.__kwdefaults__ = old
+
+
+# ------------------------------------- shape guards with repeated subexpressions
+
+
+def _bits_npo2(n):
+    """Triton's next_power_of_2, as Triton writes it (Dynamo traces it symbolically)."""
+    n -= 1
+    n |= n >> 1
+    n |= n >> 2
+    n |= n >> 4
+    n |= n >> 8
+    n |= n >> 16
+    n |= n >> 32
+    n += 1
+    return n
+
+
+def _tile_rows(x):
+    n = x.shape[0]
+    t = min(64, _bits_npo2(n))  # FlagGems' BLOCK = min(MAX, next_power_of_2(n))
+    return x[: n - n % t] * t
+
+
+def _version_sources(f) -> list:
+    so = trident.explain(f).split("SCM: ")[1].split()[0]
+    from pathlib import Path
+    cmd = (Path(so).parent / "cmd.txt").read_text().split()
+    return [Path(o).with_suffix(".c").read_text() for o in cmd
+            if o.endswith(".o") and "/version_" in o]
+
+
+def test_shape_guards_compute_repeated_subexpressions_once(h):
+    """Dynamo writes next_power_of_2(n) out again at each use inside a guard; the C computes
+    each repeated subexpression once (a temporary).  Sizes on both sides of every guard's
+    boundaries give eager's results."""
+    f = trident.jit(_tile_rows)
+    for n in (5, 6, 7, 8, 9, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 1000, 7, 64, 3000):
+        h.check(f, _tile_rows, h.rand(n, 2))
+    assert trident.stats(f)["fallbacks"] == 0
+    srcs = _version_sources(f)
+    dynamic = [s for s in srcs if "int64_t c" in s]
+    assert dynamic, "no version computes a shared subexpression"
+    for s in srcs:
+        longest = max((len(ln) for ln in s.splitlines() if "if (!(" in ln or "int64_t c" in ln),
+                      default=0)
+        assert longest < 1000, longest

@@ -147,7 +147,9 @@ class _VersionGen:
             return f"{m}[{nd + leaf.dim}]"
         return f"{m}[{2 * nd}]"
 
-    def expr(self, e) -> str:
+    def expr(self, e, sub=None) -> str:
+        """C of `e`; `sub` renders its operands (default: this method)."""
+        sub = sub or self.expr
         if isinstance(e, ir.IntConst):
             return f"INT64_C({e.value})"
         if isinstance(e, ir.SymVar):
@@ -155,10 +157,10 @@ class _VersionGen:
         if isinstance(e, ir.SymLeaf):
             return self.leaf(e.leaf)
         if isinstance(e, ir.UnOp):
-            a = self.expr(e.operand)
+            a = sub(e.operand)
             return {"-": f"(-{a})", "not": f"(!{a})", "abs": f"trt_abs({a})"}[e.op]
         if isinstance(e, ir.BinOp):
-            a, b = self.expr(e.lhs), self.expr(e.rhs)
+            a, b = sub(e.lhs), sub(e.rhs)
             if e.op == "//":
                 return f"trt_floordiv({a}, {b}, &ok)"
             if e.op == "%":
@@ -171,9 +173,61 @@ class _VersionGen:
             return f"({a} {op} {b})"
         raise UnsupportedError(f"cannot emit expression {e}")
 
+    def shared_expr(self, e, prefix: str) -> tuple[list, str]:
+        """`e` with each repeated subexpression computed once: (temporaries, C).
+
+        Dynamo's shape guards are trees in which a symbolic value computed by a
+        chain of operations (Triton's next_power_of_2: six shifts and ors) is
+        written out again at every use; nested, FlagGems' cumsum made one guard
+        of 500 KB.  A subexpression that occurs twice or more becomes an
+        `int64_t` temporary evaluated before the condition, when its evaluation
+        can neither fail nor depend on a short circuit: + - * | & ^ min max,
+        comparisons, unary - abs not, // and % by a nonzero constant, and >> by
+        a constant in [0, 62].  Other divisions, modulos and left shifts (which
+        can set `ok`) stay in place; a
+        leaf read inside a temporary may still clear `ok` (a miss, as before)."""
+        ids: dict = {}    # id(node) -> canonical number
+        canon: dict = {}  # structure -> canonical number
+        count: dict = {}  # canonical number -> uses
+
+        def number(n) -> int:
+            c = ids.get(id(n))
+            if c is None:
+                if isinstance(n, ir.BinOp):
+                    key = ("b", n.op, number(n.lhs), number(n.rhs))
+                elif isinstance(n, ir.UnOp):
+                    key = ("u", n.op, number(n.operand))
+                else:
+                    key = ("l", n)
+                c = canon.setdefault(key, len(canon))
+                ids[id(n)] = c
+            count[c] = count.get(c, 0) + 1
+            return c
+
+        number(e)
+        temps: dict = {}
+        pre: list = []
+
+        def emit(n) -> str:
+            c = ids[id(n)]
+            if c in temps:
+                return temps[c]
+            text = self.expr(n, emit)
+            if count[c] >= 2 and _total(n):
+                name = f"{prefix}{len(temps)}"
+                pre.append(f"int64_t {name} = {text};")
+                temps[c] = name
+                return name
+            return text
+
+        return pre, emit(e)
+
     # -- guards
     def guard(self, k: int, g) -> None:
-        self.lines.append(f"  /* [{k}] {_comment(str(g))} */")
+        text = _comment(str(g))
+        if len(text) > _COMMENT_MAX:  # explain() prints the whole guard
+            text = text[:_COMMENT_MAX] + f" ... ({len(text)} characters)"
+        self.lines.append(f"  /* [{k}] {text} */")
         fail = f"FAIL({k})"
         if isinstance(g, ir.GlobalState):
             words = ", ".join(f"INT64_C({w})" for w in g.words)
@@ -243,7 +297,13 @@ class _VersionGen:
             conds = [f"{vs[i]} == {vs[j]}" for i in range(len(vs)) for j in range(i + 1, len(vs))]
             self.lines.append(f"  if ({' || '.join(conds)}) {fail};")
         elif isinstance(g, ir.ShapeGuard):
-            self.lines.append(f"  ok = 1; if (!({self.expr(g.expr)}) || !ok) {fail};")
+            pre, cond = self.shared_expr(g.expr, f"c{k}_")
+            if not pre:
+                self.lines.append(f"  ok = 1; if (!({cond}) || !ok) {fail};")
+            else:
+                self.lines.append("  ok = 1;\n  {")
+                self.lines.extend(f"    {t}" for t in pre)
+                self.lines.append(f"    if (!({cond}) || !ok) {fail};\n  }}")
         else:
             raise UnsupportedError(f"guard {type(g).__name__} has no C lowering")
 
@@ -566,6 +626,25 @@ def _pyint_sources(program) -> list:
         elif isinstance(ins, ir.SymDef):
             walk(ins.expr)
     return list(dict.fromkeys(out))
+
+
+_COMMENT_MAX = 400
+_TOTAL_OPS = frozenset(("+", "-", "*", "|", "&", "^", "max", "min",
+                        "==", "!=", "<", "<=", ">", ">="))
+
+
+def _total(e) -> bool:
+    """An operation whose C neither sets `ok` nor short-circuits (leaves are not worth a
+    temporary)."""
+    if isinstance(e, ir.BinOp):
+        if e.op in _TOTAL_OPS:
+            return True
+        if not isinstance(e.rhs, ir.IntConst):
+            return False
+        if e.op in ("//", "%"):  # by a constant: never by zero (Dynamo writes x >> 1 as x // 2)
+            return e.rhs.value != 0
+        return e.op == ">>" and 0 <= e.rhs.value <= 62
+    return isinstance(e, ir.UnOp) and e.op in ("-", "abs", "not")
 
 
 def _env_chain(src) -> list | None:
