@@ -18,7 +18,8 @@
 # STEPS="gpu_tests flaggems_probe flaggems_ops" PART=AB; default: all of the part's), and per
 # step the arguments: PYTEST_ARGS, FG_OPS_ARGS, LLM_ARGS, CP_ARGS (each replaces the defaults
 # below), FG_OPS_S, LLM_S and CP_S (their timeouts), LLM_MM (generic | hopper; default generic).
-# Step cold_profile (part A) runs benchmarks/cold_profile.py into $OUT/cold_profile.txt.
+# Step cold_profile (part A) runs benchmarks/cold_profile.py into $OUT/cold_profile.txt; step
+# host_profile (part A; HP_ARGS, HP_S) benchmarks/host_profile.py into $OUT/host_profile.tgz.
 #
 # Caches: FlagGems' tuned-config database and Triton's kernel cache live under /tmp/devcache.
 # CACHES_IN=path/to/caches.tgz (a file an earlier call wrote, carried in an ignored folder such
@@ -95,6 +96,11 @@ A|AB)
   # shellcheck disable=SC2086
   step cold_profile ${CP_S:-240} python3 benchmarks/cold_profile.py ${CP_ARGS:-} \
     --out "$OUT/cold_profile.txt"
+  # Guard/program split of warm Trident calls (TRIDENT_PROFILE), with each version's C.
+  # shellcheck disable=SC2086
+  step host_profile ${HP_S:-200} env TRIDENT_PROFILE=1 TRIDENT_DUMP_DIR="$OUT/hp/dump" \
+    python3 benchmarks/host_profile.py ${HP_ARGS:-} --out-dir "$OUT/hp"
+  [[ -d "$OUT/hp" ]] && tar czf "$OUT/host_profile.tgz" -C "$OUT" hp && rm -rf "$OUT/hp"
   ;;&
 B|AB)
   # 3 shapes and no cpp_wrapper mode (the costliest, measured in the 2026-12-01 run) to fit

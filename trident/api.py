@@ -77,6 +77,12 @@ def stats(f):
             # per version: seconds of its miss in capture (Dynamo and the capturing
             # run), guards_ir (guards, host IR, Triton kernel lookup), build (C, load)
             "compile_seconds": [dict(t) for t in scm.stats.compile_seconds],
+            # per version, with TRIDENT_PROFILE=1: mean us in guards / program per hit,
+            # misses and mean us of guards on a miss (None without profiling)
+            "profile": scm.profile(),
+            # per version: its environment guards, their version-tag records, how many run
+            # on every call, whether the block is cached (None before it first ran)
+            "env_guards": scm.env_guards(),
             # per selecting (autotuned) launch: variants by key, native-table
             # misses (resolver calls), runs of the user's autotuner
             "launch_variants": [

@@ -35,6 +35,9 @@ KNOBS = {
         Knob("TRIDENT_BOXED_ONLY", "0", "1: call every ATen operator through the boxed "
              "dispatcher, without the runtime's typed fast paths (read by the runtime at "
              "SCM load; for benchmarks)."),
+        Knob("TRIDENT_PROFILE", "0", "1: versions generated from then on time their guards "
+             "and their program (two clock reads per call); trident.explain and "
+             "trident.profile report the mean per call (for finding where a call's time goes)."),
         Knob("TRIDENT_ASSERT_NO_RECOMPILE", "0", "1: a specialization miss after the "
              "first version raises RecompileError (for tests and serving)."),
     )
@@ -73,6 +76,10 @@ def max_versions() -> int:
 
 def disabled() -> bool:
     return _get("TRIDENT_DISABLE") == "1"
+
+
+def profile() -> bool:
+    return _get("TRIDENT_PROFILE") == "1"
 
 
 def assert_no_recompile() -> bool:

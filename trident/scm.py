@@ -189,7 +189,8 @@ class SCM:
         # A version's unit depends on that version alone: reuse the text of
         # those already installed, generate only the new one.
         old_units = {id(v): u for v, u in zip(self.versions, self._units)}
-        units = [old_units.get(id(v)) or cgen.generate_version(v) for v in versions]
+        units = [old_units.get(id(v)) or cgen.generate_version(v, config.profile())
+                 for v in versions]
         src = cgen.SCMSource(tuple(units), cgen.generate_dispatcher(versions))
         built = build.build_scm(src)
         self.stats.compiled_units += built.compiled
@@ -262,6 +263,40 @@ class SCM:
                 parts.append(f"version {v.index} failed guard [{failed}] {v.guards[failed]}")
         return "; ".join(parts) or "no version matched"
 
+    def profile(self) -> list:
+        """Per version, from the counters of versions generated with TRIDENT_PROFILE=1 (since
+        the SCM was last built): mean microseconds in its guards and in its program per hit,
+        and its misses with the mean microseconds its guards took on one.  None for a version
+        that was not generated with profiling or has not run."""
+        mod = self.function._module
+        if mod is None:
+            return [None] * len(self.versions)
+        out = []
+        for (hits, _), (ng, npg, nm, nsm, *_env) in zip(mod.stats(), mod.profile()):
+            if not (hits or nm) or not (ng or npg or nsm):
+                out.append(None)
+                continue
+            out.append({"hits": hits, "guards_us": ng / hits / 1e3 if hits else None,
+                        "program_us": npg / hits / 1e3 if hits else None,
+                        "misses": nm, "miss_us": nsm / nm / 1e3 if nm else None})
+        return out
+
+    def env_guards(self) -> list:
+        """Per version, its environment guards (sources that start at a global or a
+        constant), evaluated as one block and re-evaluated only when something they read
+        changed: how many, the records their last evaluation left (dicts, classes, class
+        tags, instance dicts), how many of them read something no record covers and run on
+        every call (-1: the last evaluation failed), and whether the block is cached now.
+        None before the block first ran."""
+        mod = self.function._module
+        if mod is None:
+            return [None] * len(self.versions)
+        out = []
+        for (*_t, n, recs, live, valid) in mod.profile():
+            out.append(None if n == 0 else
+                       {"guards": n, "records": recs, "live": live, "cached": bool(valid)})
+        return out
+
     # -- seeing inside ----------------------------------------------------------
     def explain(self) -> str:
         mod = self.function._module
@@ -275,12 +310,27 @@ class SCM:
             out.append(f"  SCM: {self.so_path}  (dispatcher source, command and log beside it; "
                        "the command names each version's object, its source beside it)")
         times = self.stats.compile_seconds + [None] * len(self.versions)
-        for v, (hits, failed), t in zip(self.versions, stats, times):
+        prof = self.profile()
+        envs = self.env_guards()
+        for v, (hits, failed), t, p, e in zip(self.versions, stats, times, prof, envs):
             line = f"  hits={hits}" + (f" last failed guard=[{failed}]" if failed >= 0 else "")
             if t is not None:
                 line += (f"  compiled in {sum(t.values()):.2f} s (capture {t['capture']:.2f}, "
                          f"guards+IR {t['guards_ir']:.2f}, C build+load {t['build']:.2f})")
             out.append(line)
+            if p is not None:
+                fmt = lambda x: "-" if x is None else f"{x:.2f} us"  # noqa: E731
+                out.append(f"  profile (TRIDENT_PROFILE, since the last build): guards "
+                           f"{fmt(p['guards_us'])}, program {fmt(p['program_us'])} per hit; "
+                           f"{p['misses']} call(s) missed here, {fmt(p['miss_us'])} each")
+            if e is not None and e["live"] < 0:
+                out.append(f"  environment guards: {e['guards']}; their last evaluation failed "
+                           + ("(cached: it fails again while what the failed guard read holds)"
+                              if e["cached"] else "(not cached)"))
+            elif e is not None:
+                out.append(f"  environment guards: {e['guards']}, checked through {e['records']} "
+                           f"version-tag records ({'cached' if e['cached'] else 'not cached'}); "
+                           f"{e['live']} of them read what no tag covers and run on every call")
             out.extend(f"  note: {n}" for n in v.notes)
             out.append(print_version(v))
             for launch, res in launch_resolvers(v):

@@ -55,6 +55,45 @@ def test_empty_like_layout_matches_eager(device):
             assert x.numel() == 0 or out.data_ptr() != x.data_ptr()
 
 
+def _like_dtype(x):
+    # FlagGems' pointwise wrappers: the output dtype passed explicitly
+    return torch.empty_like(x, dtype=torch.float16, memory_format=torch.preserve_format)
+
+
+def _like_bool_contig(x):
+    return torch.empty_like(x, dtype=torch.bool, memory_format=torch.contiguous_format)
+
+
+def _numel_fill(x):
+    n = x.numel()
+    y = torch.empty_like(x, dtype=torch.float64)
+    y.fill_(n)
+    return y, n
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fn", [_like_dtype, _like_bool_contig])
+def test_empty_like_with_options_matches_eager(device, fn):
+    for dynamic in (False, None):
+        f = trident.jit(fn, dynamic=dynamic)
+        for x in _inputs(device):
+            for _ in range(3):
+                out, ref = f(x), fn(x)
+                assert _layout(out) == _layout(ref)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_numel_on_dynamic_sizes_matches_eager(device):
+    f = trident.jit(_numel_fill, dynamic=True)
+    for shape in [(3, 4), (5, 7), (1, 9), (0, 3), (6, 6)]:
+        x = torch.randn(*shape, device=device)
+        for _ in range(2):
+            (out, n), (ref, rn) = f(x), _numel_fill(x)
+            assert n == rn
+            assert _layout(out) == _layout(ref)
+            torch.testing.assert_close(out, ref)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_empty_like_then_write_matches_eager(device):
     f = trident.jit(_fill_like)

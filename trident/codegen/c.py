@@ -28,6 +28,8 @@ import json
 import re
 from dataclasses import dataclass
 
+import torch
+
 from ..errors import UnsupportedError
 from ..ir import nodes as ir
 
@@ -66,7 +68,7 @@ class _Tables:
         self.specs: list[tuple[str, int]] = []  # (C initializer, type const)
         self.ops: list[str] = []  # C statements creating ops (in init)
         self.launches: list[str] = []  # C statements creating Triton launches
-        self.nenv = 0  # cached environment guards
+        self.env: list[int] = []  # indices of the guards in the environment block
         self.decls: list[str] = []
         self.helpers: list[str] = []  # static functions before the version's (env guards)
 
@@ -80,9 +82,10 @@ class _Tables:
 
 
 class _VersionGen:
-    def __init__(self, v: ir.Version):
+    def __init__(self, v: ir.Version, profile: bool = False):
         self.mod = _Tables()
         self.v = v
+        self.profile = profile
         self.lines: list[str] = []
         self.src_vars: dict = {}
         self.meta: dict = {}  # tensor source -> (meta var, ndim)
@@ -224,9 +227,10 @@ class _VersionGen:
 
     # -- guards
     def guard(self, k: int, g) -> None:
-        text = _comment(str(g))
-        if len(text) > _COMMENT_MAX:  # explain() prints the whole guard
-            text = text[:_COMMENT_MAX] + f" ... ({len(text)} characters)"
+        text = _guard_comment(g)
+        if _env_guard(g):
+            self._env_guard(k, g, text)
+            return
         self.lines.append(f"  /* [{k}] {text} */")
         fail = f"FAIL({k})"
         if isinstance(g, ir.GlobalState):
@@ -256,8 +260,6 @@ class _VersionGen:
             o = self.load(g.source)
             self.lines.append(
                 f"  if (!{o} || (PyObject *)Py_TYPE({o}) != {self.K(g.type_const)}) {fail};")
-        elif isinstance(g, (ir.IdMatch, ir.EqualsMatch)) and _env_chain(g.source) is not None:
-            self._env_guard(k, g, fail)
         elif isinstance(g, ir.IdMatch):
             o = self.load(g.source)
             self.lines.append(f"  if (!{o} || {o} != {self.K(g.const)}) {fail};")
@@ -307,64 +309,101 @@ class _VersionGen:
         else:
             raise UnsupportedError(f"guard {type(g).__name__} has no C lowering")
 
-    def _env_guard(self, k: int, g, fail: str) -> None:
-        """An identity/equality guard on a global chain, skipped while the
-        dicts it read are unchanged (trt_envcache in scm_prelude.h).  Its
-        loads are private: later guards never depend on them.  The check of
-        the cache stays in the version's function; the evaluation, which runs
-        only when a dict changed, is a cold function of its own: a FlagGems
-        wrapper has ~50 of these, and gcc compiles many small functions much
-        faster than one function holding them all."""
-        chain = _env_chain(g.source)
-        j = self.mod.nenv
-        self.mod.nenv += 1
-        c = f"(&S->env[{j}])"
-        root, names = chain[0], chain[1:]
-        if isinstance(g, ir.IdMatch):
-            want = f"{self.K(g.const)}, NULL"
-        else:
-            want = f"{self.K(g.const)}, {self.K(g.type_const)}"
-        if not any(nm == "__dict__" or nm in _FUNC_ATTRS for nm in names):
-            # Globals and module attributes only: scm_main.c's trt_envg_chain evaluates it.
-            ix = ([self.mod.name_ix(root.name)] if isinstance(root, ir.Global) else []) + \
-                [self.mod.name_ix(nm) for nm in names]
-            rootc = "NULL" if isinstance(root, ir.Global) else self.K(root.index)
-            self.mod.decls.append(f"static const int envix{k}[] = {{{', '.join(map(str, ix))}}};")
+    def _env_guard(self, k: int, g, text: str) -> None:
+        """A guard on the environment only (every source a global or a constant, then
+        attributes, items, types): its own small function `envg<k>`, evaluated with the
+        version's other environment guards as one block (trt_envblock in scm_prelude.h),
+        which the version's function re-evaluates only when something they read has
+        changed.  The check of the block is emitted where the first of them stood."""
+        if not self.mod.env:
+            self.lines.append(f"  /* [{k}...] environment guards: envg<k> above, cached */")
             self.lines.append(
-                f"  if (!trt_envcache_hit({c}) && !trt_envg_chain({c}, S->globals, S->builtins, "
-                f"S->N, envix{k}, {len(ix)}, {rootc}, {want})) {fail};")
-            return
-        lines = [f"static TRT_COLD int trt_envg{k}(version_state *S) {{",
-                 "  PyObject *const *K = S->K;", f"  trt_envcache_reset({c});"]
-        tmps = []
-        if isinstance(root, ir.Global):
-            expr = f"trt_env_global({c}, S->globals, S->builtins, {self.mod.name(root.name)})"
-        else:
-            expr = f"(Py_INCREF({self.K(root.index)}), {self.K(root.index)})"
-        for i in range(len(names) + 1):
-            t = f"e{k}_{i}"
-            tmps.append(t)
-            if i > 0:
-                nm = names[i - 1]
-                if nm == "__dict__" or nm in _FUNC_ATTRS:
-                    lines.append(f"  if ({c}->n >= 0) {{ trt_envcache_reset({c}); {c}->n = -1; }}")
-                    expr = _attr_expr(tmps[i - 1], nm, self.mod.name(nm))
-                else:
-                    expr = f"trt_env_modattr({c}, {tmps[i - 1]}, {self.mod.name(nm)})"
-            lines.append(f"  PyObject *{t} = {expr};")
-        last = tmps[-1]
+                "  if (!trt_envblock_hit(&S->h.eb)) {\n"
+                "    if (!trt_envblock_eval(&S->h.eb, envg_fns, envg_ix, TRT_NENV, S, "
+                "&S->h.failed)) goto miss;\n"
+                "  } else if (S->h.eb.valid == 2) {\n"
+                "    FAIL(S->h.eb.failed);\n"
+                "  } else if (S->h.eb.nlive && !trt_envblock_live(&S->h.eb, envg_fns, envg_ix, "
+                "TRT_NENV, S, &S->h.failed)) {\n    goto miss;\n  }")
+        self.mod.env.append(k)
+        lines = [f"/* [{k}] {text} */",
+                 f"static int envg{k}(void *st, trt_envblock *b) {{",
+                 "  version_state *S = (version_state *)st;", "  PyObject *const *K = S->K;"]
+        memo: dict = {}
+
+        def load(src) -> str:
+            if src in memo:
+                return memo[src]
+            if isinstance(src, ir.Global):
+                expr = f"trt_r_global(b, S->globals, S->builtins, {self.mod.name(src.name)})"
+            elif isinstance(src, ir.ConstObj):
+                expr = f"(Py_INCREF({self.K(src.index)}), {self.K(src.index)})"
+            elif isinstance(src, ir.Attr):
+                expr = f"trt_r_attr(b, {load(src.base)}, {self.mod.name(src.name)})"
+            elif isinstance(src, ir.TypeOf):
+                expr = f"trt_r_typeof(b, {load(src.base)})"
+            elif isinstance(src, ir.DictEntryAt):
+                expr = f"trt_r_dict_entry_at(b, {load(src.base)}, {src.index}, {int(src.value)})"
+            elif isinstance(src, ir.Item) and isinstance(src.key, int):
+                expr = f"trt_r_item_int(b, {load(src.base)}, {src.key})"
+            elif isinstance(src, ir.Item):
+                expr = f"trt_r_item_obj(b, {load(src.base)}, {self.mod.name(src.key)})"
+            else:  # _env_guard() admitted only the kinds above
+                raise UnsupportedError(f"cannot load source {src} in an environment guard")
+            var = f"e{len(memo)}"
+            memo[src] = var
+            lines.append(f"  PyObject *{var} = {expr};")
+            return var
+
+        consts = self.v.consts
         if isinstance(g, ir.IdMatch):
-            cond = f"{last} && {last} == {self.K(g.const)}"
+            o = load(g.source)
+            cond = f"{o} && {o} == {self.K(g.const)}"
+        elif isinstance(g, ir.EqualsMatch):
+            o = load(g.source)
+            if not _immutable(consts[g.const]):
+                lines.append("  trt_r_uncovered(b); /* a mutable value: compared on every call */")
+            cond = f"trt_equals({o}, {self.K(g.type_const)}, {self.K(g.const)})"
+        elif isinstance(g, ir.TypeMatch):
+            o = load(g.source)
+            lines.append(f"  trt_r_class(b, {o});")
+            cond = f"{o} && (PyObject *)Py_TYPE({o}) == {self.K(g.type_const)}"
+        elif isinstance(g, ir.SameObject):
+            a, c = load(g.a), load(g.b)
+            cond = f"{a} && {a} == {c}"
+        elif isinstance(g, ir.NotInDict):
+            o = load(g.source)
+            lines.append(f"  PyObject *d = trt_r_instdict(b, {o});")
+            cond = (f"d && PyDict_Contains(d, {self.mod.name(g.name)}) == 0")
+            lines.append(f"  int pass = {cond};")
+            lines.append("  if (PyErr_Occurred()) { PyErr_Clear(); pass = 0; }")
+            lines.append("  Py_XDECREF(d);")
+            cond = None
+        elif isinstance(g, ir.Contains):
+            o = load(g.source)
+            lines.append(f"  trt_r_dict(b, {o});")
+            fn = "trt_dict_has" if g.kind == "dict" else "trt_set_has"
+            cond = f"{fn}({o}, {self.K(g.key)}) == {1 if g.present else 0}"
+        elif isinstance(g, ir.LengthMatch):
+            o = load(g.source)
+            t = consts[g.type_const]
+            if t is dict:
+                lines.append(f"  trt_r_dict(b, {o});")
+            elif t not in (tuple, str, bytes):
+                lines.append("  trt_r_uncovered(b); /* a mutable container: measured on every call */")
+            cond = f"trt_len_is({o}, {self.K(g.type_const)}, {g.length})"
+        elif isinstance(g, ir.DictKeysMatch):
+            o = load(g.source)
+            lines.append(f"  trt_r_dict(b, {o});")
+            cond = f"trt_dict_keys({o}, {self.K(g.const)})"
         else:
-            cond = f"trt_equals({last}, {self.K(g.type_const)}, {self.K(g.const)})"
-        lines.append(f"  int pass = {cond};")
-        lines += [f"  Py_XDECREF({t});" for t in tmps]
-        lines.append(f"  if (!pass) {{ trt_envcache_reset({c}); return 0; }}")
-        lines.append(f"  trt_envcache_commit({c});")
-        lines.append("  return 1;")
+            raise UnsupportedError(f"guard {type(g).__name__} in an environment block")
+        if cond is not None:
+            lines.append(f"  int pass = {cond};")
+        lines += [f"  Py_XDECREF({v});" for v in reversed(list(memo.values()))]
+        lines.append("  return pass;")
         lines.append("}")
         self.mod.helpers.extend(lines)
-        self.lines.append(f"  if (!trt_envcache_hit({c}) && !trt_envg{k}(S)) {fail};")
 
     # -- program
     def instr(self, ins) -> None:
@@ -561,6 +600,8 @@ class _VersionGen:
         for src in _pyint_sources(v.program):
             o = self.load(src)
             self.lines.append(f"  ok = 1; (void)trt_pyint({o}, &ok); if (!ok) FAIL({len(v.guards)});")
+        if self.profile:
+            self.lines.append("  trt_t1 = trt_now_ns(); S->h.ns_guards += trt_t1 - trt_t0;")
         self.lines.append("  S->h.hits++;")
         self.lines.append(f"  F = api->frame_acquire({max(v.nslots, 1)});")
         for ins in v.program:
@@ -574,12 +615,17 @@ class _VersionGen:
         decl = "".join(f"  PyObject *{o} = NULL;\n" for o in ovars)
         release = "".join(f"  Py_XDECREF({o});\n" for o in ovars)
         release += "".join(f"  Py_XDECREF({r});\n" for r in self.cleanup)
+        prof_begin = prof_end = ""
+        if self.profile:  # TRIDENT_PROFILE=1: the counters trident_scm_profile reads
+            prof_begin = "  int64_t trt_t0 = trt_now_ns(), trt_t1 = 0;\n"
+            prof_end = ("  if (trt_t1) S->h.ns_program += trt_now_ns() - trt_t1;\n"
+                        "  else { S->h.misses++; S->h.ns_misses += trt_now_ns() - trt_t0; }\n")
         return (
             f"PyObject *trident_version_{v.index}(void *st, PyObject *const *L, "
             f"const trt_global_state *now, int *status) {{\n"
             f"  version_state *S = (version_state *)st;\n"
             f"  PyObject *const *K = S->K;\n  PyObject *result = NULL;\n  trt_frame *F = NULL;\n"
-            f"{decl}"
+            f"{prof_begin}{decl}"
             f"#define FAIL(k) do {{ S->h.failed = (k); goto miss; }} while (0)\n"
             f"{body}\n"
             f"bad_arg:\n"
@@ -587,7 +633,7 @@ class _VersionGen:
             f"\"trident: an argument changed type while the call ran\");\n"
             f"error:\n  *status = TRT_ERROR;\n  result = NULL;\n  goto done;\n"
             f"miss:\n  *status = TRT_MISS;\n  result = NULL;\n"
-            f"done:\n  if (F) api->frame_release(F);\n{release}"
+            f"done:\n  if (F) api->frame_release(F);\n{release}{prof_end}"
             f"#undef FAIL\n  return result;\n}}\n")
 
 
@@ -647,16 +693,43 @@ def _total(e) -> bool:
     return isinstance(e, ir.UnOp) and e.op in ("-", "abs", "not")
 
 
-def _env_chain(src) -> list | None:
-    """[root, attr names...] when `src` is a global or a constant followed
-    only by attributes: a chain that can be cached on dict version tags."""
-    names = []
-    while isinstance(src, ir.Attr):
-        names.append(src.name)
+_ENV_GUARDS = (ir.IdMatch, ir.EqualsMatch, ir.TypeMatch, ir.SameObject, ir.NotInDict,
+               ir.Contains, ir.LengthMatch, ir.DictKeysMatch)
+
+
+def _env_source(src) -> bool:
+    """A source read from the environment alone: a global or a constant, then attributes,
+    items, `type()` and dict entries (no call, no argument of the call)."""
+    while isinstance(src, (ir.Attr, ir.Item, ir.TypeOf, ir.DictEntryAt)):
         src = src.base
-    if isinstance(src, (ir.Global, ir.ConstObj)):
-        return [src] + names[::-1]
-    return None
+    return isinstance(src, (ir.Global, ir.ConstObj))
+
+
+def _env_guard(g) -> bool:
+    if not isinstance(g, _ENV_GUARDS):
+        return False
+    if isinstance(g, ir.SameObject):
+        return _env_source(g.a) and _env_source(g.b)
+    return _env_source(g.source)
+
+
+_IMMUTABLE = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device)
+
+
+def _immutable(v) -> bool:
+    """A value whose equality with a constant cannot change while it is the same object."""
+    if type(v) in _IMMUTABLE:
+        return True
+    if type(v) in (tuple, frozenset):
+        return all(_immutable(x) for x in v)
+    return False
+
+
+def _guard_comment(g) -> str:
+    text = _comment(str(g))
+    if len(text) > _COMMENT_MAX:  # explain() prints the whole guard
+        text = text[:_COMMENT_MAX] + f" ... ({len(text)} characters)"
+    return text
 
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
@@ -699,15 +772,17 @@ class SCMSource:
         return "\n".join(f"/* ==== {u.name} ==== */\n{u.text}" for u in self.units)
 
 
-def generate(versions) -> SCMSource:
+def generate(versions, profile: bool = False) -> SCMSource:
     """The C of an SCM holding `versions`, tried in order."""
-    return SCMSource(tuple(generate_version(v) for v in versions), generate_dispatcher(versions))
+    return SCMSource(tuple(generate_version(v, profile) for v in versions),
+                     generate_dispatcher(versions))
 
 
-def generate_version(v: ir.Version) -> Unit:
-    """The translation unit of one version.  Its text depends on `v` alone
-    (its index names its symbols), so adding versions never changes it."""
-    gen = _VersionGen(v)
+def generate_version(v: ir.Version, profile: bool = False) -> Unit:
+    """The translation unit of one version.  Its text depends on `v` (its index names its
+    symbols) and `profile` alone, so adding versions never changes it.  With `profile`
+    (TRIDENT_PROFILE=1) the function also times its guards and its program into its head."""
+    gen = _VersionGen(v, profile)
     body = gen.emit()
     mod = gen.mod
     i = v.index
@@ -724,12 +799,17 @@ def generate_version(v: ir.Version) -> Unit:
            f"  trt_tensor_spec spec[{max(len(mod.specs), 1)}];",
            f"  trt_op *ops[{max(len(mod.ops), 1)}];",
            f"  trt_launch *launches[{max(len(mod.launches), 1)}];",
-           f"  trt_envcache env[{max(mod.nenv, 1)}];",
            "} version_state;", ""]
     out.extend(mod.decls)
     out.append("")
     if mod.helpers:
         out.extend(mod.helpers)
+        out.append("")
+    if mod.env:
+        out.append(f"#define TRT_NENV {len(mod.env)}")
+        out.append("static trt_envg_fn *const envg_fns[] = {"
+                   + ", ".join(f"envg{k}" for k in mod.env) + "};")
+        out.append("static const int envg_ix[] = {" + ", ".join(map(str, mod.env)) + "};")
         out.append("")
     out.append(body)
     out.append(f"void trident_version_{i}_free(void *st) {{")
@@ -738,7 +818,7 @@ def generate_version(v: ir.Version) -> Unit:
                "if (S->ops[i]) api->op_free(S->ops[i]);")
     out.append(f"  for (int i = 0; i < {len(mod.launches)}; ++i) "
                "if (S->launches[i]) api->launch_free(S->launches[i]);")
-    out.append(f"  for (int i = 0; i < {mod.nenv}; ++i) trt_envcache_reset(&S->env[i]);")
+    out.append("  trt_envblock_free(&S->h.eb);")
     out.append(f"  for (int i = 0; i < {len(mod.names)}; ++i) Py_XDECREF(S->N[i]);")
     out.append("  free(S);\n}\n")
     out.append(f"int trident_version_{i}_init(const trt_api *a, PyObject *const *K, "

@@ -15,30 +15,289 @@ _Static_assert(TRT_SCM_MISS == TRT_MISS, "scm_dispatch.h disagrees with trident_
 
 static const trt_api *api;
 
-int trt_envg_chain(trt_envcache *c, PyObject *globals, PyObject *builtins, PyObject *const *names,
-                   const int *ix, int n, PyObject *root, PyObject *expect, PyObject *type) {
-  trt_envcache_reset(c);
-  PyObject *v;
-  int i = 0;
-  if (!root) {
-    v = trt_env_global(c, globals, builtins, names[ix[0]]);
-    i = 1;
-  } else {
-    Py_INCREF(root);
-    v = root;
+/* ---- environment blocks (scm_prelude.h) -------------------------------- */
+
+static void eb_clear(trt_envblock *b) {
+  for (int i = 0; i < b->n; ++i) {
+    Py_CLEAR(b->rec[i].obj);
+    Py_CLEAR(b->rec[i].aux);
   }
-  for (; v && i < n; ++i) {
-    PyObject *next = trt_env_modattr(c, v, names[ix[i]]);
-    Py_DECREF(v);
-    v = next;
+  b->n = 0;
+  b->valid = 0;
+}
+
+void trt_envblock_free(trt_envblock *b) {
+  eb_clear(b);
+  free(b->rec);
+  free(b->live);
+  b->rec = NULL;
+  b->live = NULL;
+  b->cap = 0;
+}
+
+/* Add a record unless an equal one is there (recording runs only when the tags changed). */
+static void eb_add(trt_envblock *b, int kind, PyObject *obj, PyObject *aux, uint64_t tag) {
+  if (!b) return;
+  for (int i = 0; i < b->n; ++i)
+    if (b->rec[i].kind == kind && b->rec[i].obj == obj) return;
+  if (b->n == b->cap) {
+    int cap = b->cap ? 2 * b->cap : 32;
+    trt_envrec *r = (trt_envrec *)realloc(b->rec, (size_t)cap * sizeof(trt_envrec));
+    if (!r) { b->uncovered = 1; return; }  /* not cached: evaluated on every call */
+    b->rec = r;
+    b->cap = cap;
   }
-  int pass = v && (type ? trt_equals(v, type, expect) : v == expect);
-  Py_XDECREF(v);
-  if (!pass) {
-    trt_envcache_reset(c);
-    return 0;
+  Py_INCREF(obj);
+  Py_XINCREF(aux);
+  b->rec[b->n++] = (trt_envrec){kind, obj, aux, tag};
+}
+
+void trt_r_dict(trt_envblock *b, PyObject *o) {
+  if (!b) return;
+  if (o && PyDict_CheckExact(o)) eb_add(b, TRT_ER_DICT, o, NULL, trt_dict_tag(o));
+  else b->uncovered = 1;
+}
+
+void trt_r_class(trt_envblock *b, PyObject *o) {
+  if (b && o) eb_add(b, TRT_ER_CLASS, o, (PyObject *)Py_TYPE(o), 0);
+}
+
+void trt_r_uncovered(trt_envblock *b) {
+  if (b) b->uncovered = 1;
+}
+
+/* A class's attribute lookups are covered while its version tag holds. */
+static int eb_typetag(trt_envblock *b, PyTypeObject *t) {
+  uint64_t tag = trt_type_tag((PyObject *)t);
+  if (!tag) return 0;
+  eb_add(b, TRT_ER_TYPETAG, (PyObject *)t, NULL, tag);
+  return 1;
+}
+
+/* The getter of `__dict__` on instances of a class defined in Python (typeobject.c's
+ * subtype_dict), read from a class made for the purpose: an instance's `__dict__` whose
+ * descriptor has another getter is not recorded. */
+static getter subtype_dict_getter(void) {
+  static getter g;
+  static int done;
+  if (done) return g;
+  done = 1;
+  PyObject *cls = PyObject_CallFunction((PyObject *)&PyType_Type, "s()N", "_trt_probe",
+                                        PyDict_New());
+  if (cls) {
+    PyObject *name = PyUnicode_InternFromString("__dict__");
+    PyObject *descr = name ? _PyType_Lookup((PyTypeObject *)cls, name) : NULL;
+    if (descr && Py_IS_TYPE(descr, &PyGetSetDescr_Type))
+      g = ((PyGetSetDescrObject *)descr)->d_getset->get;
+    Py_XDECREF(name);
+    Py_DECREF(cls);
   }
-  trt_envcache_commit(c);
+  PyErr_Clear();
+  return g;
+}
+
+/* o's instance dict, recorded (class, class tag, dict identity, dict tag) when o's class
+ * uses the generic attribute lookup; NULL (no record) when o has no such dict. */
+static PyObject *eb_instdict(trt_envblock *b, PyObject *o) {
+  PyTypeObject *tp = Py_TYPE(o);
+  PyObject **dp = _PyObject_GetDictPtr(o);
+  if (PyErr_Occurred()) PyErr_Clear();
+  if (!dp || !*dp || !PyDict_CheckExact(*dp)) return NULL;
+  if (b) {
+    eb_add(b, TRT_ER_CLASS, o, (PyObject *)tp, 0);
+    eb_add(b, TRT_ER_INSTDICT, o, *dp, 0);
+    eb_add(b, TRT_ER_DICT, *dp, NULL, trt_dict_tag(*dp));
+  }
+  return *dp;
+}
+
+PyObject *trt_r_instdict(trt_envblock *b, PyObject *o) {
+  if (!o) return NULL;
+  PyObject *d = PyObject_GenericGetDict(o, NULL); /* what trt_not_in_dict reads */
+  if (!d) { PyErr_Clear(); return NULL; }
+  if (b && eb_instdict(b, o) != d) b->uncovered = 1;
+  return d;
+}
+
+PyObject *trt_r_global(trt_envblock *b, PyObject *globals, PyObject *builtins, PyObject *name) {
+  trt_r_dict(b, globals);
+  PyObject *v = PyDict_GetItemWithError(globals, name);
+  if (!v) {
+    if (PyErr_Occurred()) { PyErr_Clear(); return NULL; }
+    trt_r_dict(b, builtins);
+    v = PyDict_GetItemWithError(builtins, name);
+    if (!v) { PyErr_Clear(); return NULL; }
+  }
+  Py_INCREF(v);
+  return v;
+}
+
+static PyObject *eb_dict_get(PyObject *d, PyObject *name) {
+  PyObject *v = PyDict_GetItemWithError(d, name);
+  if (!v) {
+    if (PyErr_Occurred()) PyErr_Clear();
+    return NULL;
+  }
+  Py_INCREF(v);
+  return v;
+}
+
+/* The attribute `name` of a module, a class of metaclass `type` or an instance of a class
+ * with the generic lookup, read as getattr reads it and recorded; NULL when the read is one
+ * no record covers (the caller then takes the plain path). */
+static PyObject *eb_attr_covered(trt_envblock *b, PyObject *o, PyObject *name) {
+  if (PyModule_CheckExact(o)) {
+    if (PyUnicode_READ_CHAR(name, 0) == '_') return NULL;  /* ModuleType's descriptors */
+    PyObject *d = PyModule_GetDict(o);
+    if (!d) return NULL;
+    PyObject *v = eb_dict_get(d, name);
+    if (v) {
+      trt_r_class(b, o);  /* a module's __class__ can become a subclass with properties */
+      trt_r_dict(b, d);
+    }
+    return v;  /* absent: module __getattr__, the plain path */
+  }
+  if (PyType_CheckExact(o)) {
+    trt_r_class(b, o);
+    if (PyUnicode_CompareWithASCIIString(name, "__dict__") == 0) {
+#if PY_VERSION_HEX < 0x030C0000
+      PyObject *d = ((PyTypeObject *)o)->tp_dict;
+      Py_XINCREF(d);
+      return d;  /* a class never replaces its dict */
+#else
+      PyObject *d = PyType_GetDict((PyTypeObject *)o);
+      if (!d) PyErr_Clear();
+      return d;
+#endif
+    }
+    PyObject *meta = _PyType_Lookup(&PyType_Type, name);
+    if (meta && Py_TYPE(meta)->tp_descr_set) return NULL;  /* __name__, __mro__, ... */
+    PyObject *v = _PyType_Lookup((PyTypeObject *)o, name);
+    if (!v || !eb_typetag(b, (PyTypeObject *)o)) return NULL;
+    if (Py_TYPE(v)->tp_descr_get && !PyFunction_Check(v)) return NULL; /* classmethod... */
+    Py_INCREF(v);  /* a plain value, or a function (its __get__(None, cls) is itself) */
+    return v;
+  }
+  PyTypeObject *tp = Py_TYPE(o);
+  if (tp->tp_getattro != PyObject_GenericGetAttr) return NULL;  /* __getattr__, C types */
+  PyObject *descr = _PyType_Lookup(tp, name);
+  if (descr && Py_TYPE(descr)->tp_descr_set) {
+    /* a data descriptor wins over the instance dict: only `__dict__` itself is read */
+    if (!(Py_IS_TYPE(descr, &PyGetSetDescr_Type) && subtype_dict_getter() &&
+          ((PyGetSetDescrObject *)descr)->d_getset->get == subtype_dict_getter()))
+      return NULL;
+    if (!eb_typetag(b, tp)) return NULL;
+    PyObject *d = eb_instdict(b, o);
+    Py_XINCREF(d);
+    return d;
+  }
+  if (b && !eb_typetag(b, tp)) return NULL;
+  PyObject *d = eb_instdict(b, o);
+  if (d) {
+    PyObject *v = eb_dict_get(d, name);
+    if (v) return v;
+  } else if (b) {
+    eb_add(b, TRT_ER_CLASS, o, (PyObject *)tp, 0);
+    PyObject **dp = _PyObject_GetDictPtr(o);
+    if (PyErr_Occurred()) PyErr_Clear();
+    if (dp) eb_add(b, TRT_ER_INSTDICT, o, NULL, 0);  /* no dict yet: one made later shows */
+  }
+  if (!descr || Py_TYPE(descr)->tp_descr_get) return NULL;  /* bound methods are new */
+  Py_INCREF(descr);
+  return descr;
+}
+
+PyObject *trt_r_attr(trt_envblock *b, PyObject *o, PyObject *name) {
+  if (!o) return NULL;
+  if (b) {
+    if (PyUnicode_CompareWithASCIIString(name, "__defaults__") == 0 ||
+        PyUnicode_CompareWithASCIIString(name, "__kwdefaults__") == 0 ||
+        PyUnicode_CompareWithASCIIString(name, "__code__") == 0) {
+      b->uncovered = 1;  /* function slots: assignable, no tag */
+    } else {
+      PyObject *v = eb_attr_covered(b, o, name);
+      if (v) return v;
+      b->uncovered = 1;
+    }
+  }
+  /* the plain loads the version's other guards use */
+  if (PyUnicode_CompareWithASCIIString(name, "__dict__") == 0) return trt_attr_dict(o, name);
+  if (PyUnicode_CompareWithASCIIString(name, "__defaults__") == 0) return trt_attr_func(o, name, 0);
+  if (PyUnicode_CompareWithASCIIString(name, "__kwdefaults__") == 0) return trt_attr_func(o, name, 1);
+  if (PyUnicode_CompareWithASCIIString(name, "__code__") == 0) return trt_attr_func(o, name, 2);
+  return trt_getattr(o, name);
+}
+
+PyObject *trt_r_item_int(trt_envblock *b, PyObject *o, Py_ssize_t i) {
+  if (b && o && !PyTuple_CheckExact(o)) b->uncovered = 1;  /* a tuple's items are fixed */
+  return trt_getitem_int(o, i);
+}
+
+PyObject *trt_r_item_obj(trt_envblock *b, PyObject *o, PyObject *key) {
+  if (b && o) {
+    if (PyDict_CheckExact(o)) trt_r_dict(b, o);
+    else b->uncovered = 1;
+  }
+  return trt_getitem_obj(o, key);
+}
+
+PyObject *trt_r_typeof(trt_envblock *b, PyObject *o) {
+  if (!o) return NULL;
+  trt_r_class(b, o);
+  Py_INCREF(Py_TYPE(o));
+  return (PyObject *)Py_TYPE(o);
+}
+
+PyObject *trt_r_dict_entry_at(trt_envblock *b, PyObject *o, Py_ssize_t i, int value) {
+  if (b && o) trt_r_dict(b, o);
+  return trt_dict_entry_at(o, i, value);
+}
+
+int trt_envblock_eval(trt_envblock *b, trt_envg_fn *const *fns, const int *ix, int n,
+                      void *state, int32_t *failed) {
+  eb_clear(b);
+  b->nguards = n;
+  b->nlive = n;
+  if (!TRT_HAVE_DICT_TAGS) {
+    for (int i = 0; i < n; ++i)
+      if (!fns[i](state, NULL)) { *failed = ix[i]; return 0; }
+    return 1;
+  }
+  if (!b->live) {
+    b->live = (unsigned char *)calloc((size_t)(n > 0 ? n : 1), 1);
+    if (!b->live) {  /* no memory for the block: evaluate, never cache */
+      for (int i = 0; i < n; ++i)
+        if (!fns[i](state, NULL)) { *failed = ix[i]; return 0; }
+      return 1;
+    }
+  }
+  int nlive = 0;
+  for (int i = 0; i < n; ++i) {
+    b->uncovered = 0;
+    if (!fns[i](state, b)) {
+      *failed = ix[i];
+      if (b->uncovered) {
+        eb_clear(b);
+      } else {
+        /* It fails again while what it read holds (whatever the others do): cached too. */
+        b->valid = 2;
+        b->failed = ix[i];
+      }
+      b->nlive = -1;
+      return 0;
+    }
+    b->live[i] = (unsigned char)(b->uncovered != 0);
+    nlive += b->live[i];
+  }
+  b->nlive = nlive;
+  b->valid = 1;
+  return 1;
+}
+
+int trt_envblock_live(trt_envblock *b, trt_envg_fn *const *fns, const int *ix, int n,
+                      void *state, int32_t *failed) {
+  for (int i = 0; i < n; ++i)
+    if (b->live[i] && !fns[i](state, NULL)) { *failed = ix[i]; return 0; }
   return 1;
 }
 
@@ -70,6 +329,23 @@ TRT_EXPORT int trident_scm_stats(void *st, int64_t *hits, int32_t *failed, int32
     const trt_version_head *h = (const trt_version_head *)S->v[i];
     hits[i] = h->hits;
     failed[i] = h->failed;
+  }
+  return trt_scm_nversions;
+}
+
+TRT_EXPORT int trident_scm_profile(void *st, int64_t *out, int32_t n) {
+  scm_state *S = (scm_state *)st;
+  for (int i = 0; i < n && i < trt_scm_nversions; ++i) {
+    const trt_version_head *h = (const trt_version_head *)S->v[i];
+    int64_t *o = out + 8 * i;
+    o[0] = h->ns_guards;
+    o[1] = h->ns_program;
+    o[2] = h->misses;
+    o[3] = h->ns_misses;
+    o[4] = h->eb.nguards;
+    o[5] = h->eb.n;
+    o[6] = h->eb.nlive;
+    o[7] = h->eb.valid;
   }
   return trt_scm_nversions;
 }

@@ -20,11 +20,13 @@
 /* The units of one SCM and their prototypes (no Python.h needed there). */
 #include "scm_dispatch.h"
 
-/* The first member of every version's state: what trident_scm_stats reads. */
-typedef struct trt_version_head {
-  int64_t hits;   /* calls this version served */
-  int32_t failed; /* index of the guard that last failed, or -1 */
-} trt_version_head;
+/* Monotonic nanoseconds, for TRIDENT_PROFILE=1 versions only. */
+#include <time.h>
+static inline int64_t trt_now_ns(void) {
+  struct timespec t;
+  if (clock_gettime(CLOCK_MONOTONIC, &t) != 0) return 0;
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
 
 /* globals[name], falling back to builtins[name]. */
 static inline PyObject *trt_load_global(PyObject *globals, PyObject *builtins, PyObject *name) {
@@ -304,96 +306,122 @@ static inline PyObject *trt_attr_func(PyObject *o, PyObject *name, int which) {
   return trt_getattr(o, name);
 }
 
-/* ---- environment guards cached on dict version tags ---------------------
- * A guard on `G['a'].b.c` (globals, then attributes of modules) reads only
- * dicts.  Where the interpreter keeps a per-dict version tag (CPython
- * 3.10-3.12; unique across dicts, changed by every mutation), the guard is
- * re-evaluated only when one of the dicts it read has changed since it last
- * passed.  Elsewhere it is evaluated on every call. */
-#define TRT_ENV_MAX 4
-typedef struct trt_envcache {
-  int n; /* dicts recorded; -1: this evaluation read something else */
-  int valid;
-  PyObject *dicts[TRT_ENV_MAX]; /* strong references */
-  uint64_t tags[TRT_ENV_MAX];
-} trt_envcache;
-
+/* ---- environment guards, cached on version tags -------------------------
+ * A guard whose every source starts at a global or a constant (`G['m'].f.cfg.mode == 'a'`,
+ * `type(G['f']).__call__ is ...`) depends only on the interpreter's state, not on the call's
+ * arguments.  A version evaluates all of these guards together, in a cold function, while
+ * recording what each read depended on (an "environment block", trt_envblock):
+ *   DICT d        a dict read (globals, a module's, an instance's, a class's, a dict value):
+ *                 its version tag (CPython 3.10-3.12: unique across dicts, changed by every
+ *                 mutation);
+ *   CLASS o, t    the class of an object read through (o.__class__ = X changes no dict);
+ *   TYPETAG t     a class whose attributes were looked up: its version tag (any change of
+ *                 the class or of a base clears it);
+ *   INSTDICT o, d the instance dict an attribute was read from is still o's dict.
+ * When every guard passed, the block is committed; later calls re-evaluate nothing while
+ * all recorded tags hold.  A guard that read something no tag covers (a list item, a
+ * function's __defaults__, a property, an object with its own __getattr__...) is marked
+ * live and evaluated on every call, as are all of them where the interpreter has no dict
+ * tags (3.13+).  The evaluation is scm_main.c's; the check of the tags is here, inline. */
 #if PY_VERSION_HEX < 0x030D0000
 #define TRT_HAVE_DICT_TAGS 1
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 static inline uint64_t trt_dict_tag(PyObject *d) { return ((PyDictObject *)d)->ma_version_tag; }
 #pragma GCC diagnostic pop
+static inline uint64_t trt_type_tag(PyObject *t) {
+  PyTypeObject *tp = (PyTypeObject *)t;
+  return (tp->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) ? tp->tp_version_tag : 0;
+}
 #else
 #define TRT_HAVE_DICT_TAGS 0
 static inline uint64_t trt_dict_tag(PyObject *d) { (void)d; return 0; }
+static inline uint64_t trt_type_tag(PyObject *t) { (void)t; return 0; }
 #endif
 
-static inline void trt_envcache_reset(trt_envcache *c) {
-  for (int i = 0; i < c->n; ++i) Py_CLEAR(c->dicts[i]);
-  c->n = 0;
-  c->valid = 0;
-}
+enum { TRT_ER_DICT = 0, TRT_ER_CLASS = 1, TRT_ER_TYPETAG = 2, TRT_ER_INSTDICT = 3 };
 
-static inline int trt_envcache_hit(const trt_envcache *c) {
-  if (!TRT_HAVE_DICT_TAGS || !c->valid) return 0;
-  for (int i = 0; i < c->n; ++i)
-    if (trt_dict_tag(c->dicts[i]) != c->tags[i]) return 0;
+typedef struct trt_envrec {
+  int kind;
+  PyObject *obj;  /* strong */
+  PyObject *aux;  /* strong or NULL: CLASS the class, INSTDICT the dict */
+  uint64_t tag;   /* DICT, TYPETAG */
+} trt_envrec;
+
+typedef struct trt_envblock {
+  int valid;           /* committed: 1 its guards passed with the state recorded, 2 guard
+                          `failed` failed and reads nothing else */
+  int failed;
+  int n, cap;          /* records */
+  int uncovered;       /* the guard being recorded read something no record covers */
+  int nguards;         /* guards in the block */
+  int nlive;           /* of them, evaluated on every call (-1: the last evaluation failed) */
+  trt_envrec *rec;     /* malloc'd */
+  unsigned char *live; /* per guard of the block */
+} trt_envblock;
+
+/* The first member of every version's state: what trident_scm_stats reads. */
+typedef struct trt_version_head {
+  int64_t hits;   /* calls this version served */
+  int32_t failed; /* index of the guard that last failed, or -1 */
+  /* Written only by a version generated with TRIDENT_PROFILE=1 (trident_scm_profile reads
+   * them): nanoseconds in its guards and in its program over its hits, and its misses and
+   * the nanoseconds its guards took on them. */
+  int64_t ns_guards, ns_program, misses, ns_misses;
+  trt_envblock eb; /* the version's environment guards (zero until they first ran) */
+} trt_version_head;
+
+/* One guard of a block: evaluates it, recording its reads into b (b NULL: no recording). */
+typedef int trt_envg_fn(void *state, trt_envblock *b);
+
+static inline int trt_envblock_hit(const trt_envblock *b) {
+  if (!TRT_HAVE_DICT_TAGS || !b->valid) return 0;
+  for (int i = 0; i < b->n; ++i) {
+    const trt_envrec *r = &b->rec[i];
+    switch (r->kind) {
+      case TRT_ER_DICT:
+        if (trt_dict_tag(r->obj) != r->tag) return 0;
+        break;
+      case TRT_ER_CLASS:
+        if ((PyObject *)Py_TYPE(r->obj) != r->aux) return 0;
+        break;
+      case TRT_ER_TYPETAG:
+        if (trt_type_tag(r->obj) != r->tag) return 0;
+        break;
+      default: {
+        PyObject **dp = _PyObject_GetDictPtr(r->obj);
+        if (!dp || *dp != r->aux) return 0;
+      }
+    }
+  }
   return 1;
 }
 
-static inline void trt_envcache_record(trt_envcache *c, PyObject *d) {
-  if (c->n < 0) return;
-  if (c->n >= TRT_ENV_MAX) { c->n = -1; return; }
-  Py_INCREF(d);
-  c->dicts[c->n] = d;
-  c->tags[c->n] = trt_dict_tag(d);
-  c->n++;
-}
+/* Defined once, in scm_main.c.  trt_envblock_eval evaluates the n guards fns[i] (guard
+ * index ix[i] of the version) with recording and commits the block when all pass; on a
+ * failure it stores the failed guard's index in *failed and returns 0.  trt_envblock_live
+ * evaluates the live ones only.  trt_envblock_free releases the records. */
+int trt_envblock_eval(trt_envblock *b, trt_envg_fn *const *fns, const int *ix, int n,
+                      void *state, int32_t *failed);
+int trt_envblock_live(trt_envblock *b, trt_envg_fn *const *fns, const int *ix, int n,
+                      void *state, int32_t *failed);
+void trt_envblock_free(trt_envblock *b);
 
-static inline void trt_envcache_commit(trt_envcache *c) {
-  c->valid = TRT_HAVE_DICT_TAGS && c->n > 0;
-}
-
-/* Recording versions of trt_load_global / trt_getattr (module attributes). */
-static inline PyObject *trt_env_global(trt_envcache *c, PyObject *globals, PyObject *builtins,
-                                       PyObject *name) {
-  trt_envcache_record(c, globals);
-  PyObject *v = PyDict_GetItemWithError(globals, name);
-  if (!v) {
-    if (PyErr_Occurred()) { PyErr_Clear(); return NULL; }
-    trt_envcache_record(c, builtins);
-    v = PyDict_GetItemWithError(builtins, name);
-    if (!v) { PyErr_Clear(); return NULL; }
-  }
-  Py_INCREF(v);
-  return v;
-}
-
-static inline PyObject *trt_env_modattr(trt_envcache *c, PyObject *o, PyObject *name) {
-  if (o && PyModule_CheckExact(o) && PyUnicode_READ_CHAR(name, 0) != '_') {
-    PyObject *d = PyModule_GetDict(o);
-    PyObject *v = d ? PyDict_GetItemWithError(d, name) : NULL;
-    if (v) {
-      trt_envcache_record(c, d);
-      Py_INCREF(v);
-      return v;
-    }
-    if (PyErr_Occurred()) PyErr_Clear();
-  }
-  if (c->n >= 0) {  /* not a plain module attribute: do not cache */
-    for (int i = 0; i < c->n; ++i) Py_CLEAR(c->dicts[i]);
-    c->n = -1;
-  }
-  return trt_getattr(o, name);
-}
-
-/* An environment guard on a chain of globals and module attributes, evaluated when its cache
- * missed (defined once, in scm_main.c): the value is the global names[ix[0]] when root is
- * NULL, else root; then the module attributes names[ix[i]] for the rest of the n indices.  It
- * passes when that value is `expect` (type NULL) or trt_equals(value, type, expect); the
- * cache c is committed on a pass and left reset on a failure. */
-int trt_envg_chain(trt_envcache *c, PyObject *globals, PyObject *builtins, PyObject *const *names,
-                   const int *ix, int n, PyObject *root, PyObject *expect, PyObject *type);
+/* Recording loads (new references, NULL on failure with no exception set), each equal in
+ * value to its plain counterpart above (trt_load_global, trt_getattr / trt_attr_dict /
+ * trt_attr_func, trt_getitem_*, TypeOf, trt_dict_entry_at). */
+PyObject *trt_r_global(trt_envblock *b, PyObject *globals, PyObject *builtins, PyObject *name);
+PyObject *trt_r_attr(trt_envblock *b, PyObject *o, PyObject *name);
+PyObject *trt_r_item_int(trt_envblock *b, PyObject *o, Py_ssize_t i);
+PyObject *trt_r_item_obj(trt_envblock *b, PyObject *o, PyObject *key);
+PyObject *trt_r_typeof(trt_envblock *b, PyObject *o);
+PyObject *trt_r_dict_entry_at(trt_envblock *b, PyObject *o, Py_ssize_t i, int value);
+/* What a guard checks on the value it loaded, recorded: `o` is an exact dict whose contents
+ * the check reads (NotInDict reads o's instance dict: trt_r_instdict), an object whose class
+ * the check reads, or something no record covers. */
+void trt_r_dict(trt_envblock *b, PyObject *o);
+PyObject *trt_r_instdict(trt_envblock *b, PyObject *o); /* o's instance dict (new ref) */
+void trt_r_class(trt_envblock *b, PyObject *o);
+void trt_r_uncovered(trt_envblock *b);
 
 #endif /* TRIDENT_SCM_PRELUDE_H */

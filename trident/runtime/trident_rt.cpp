@@ -491,7 +491,7 @@ bool plain_alloc(c10::IntArrayRef sizes, c10::ScalarType dtype, c10::Device devi
   return false;
 }
 
-bool plain_like(const at::Tensor& t, at::Tensor* out) {
+bool plain_like(const at::Tensor& t, c10::ScalarType dtype, at::Tensor* out) {
   if (!t.defined() || t.layout() != c10::kStrided || t.is_quantized()) return false;
 #ifdef TRT_HAS_NAMED_TENSORS
   if (at::impl::has_names(t.unsafeGetTensorImpl())) return false;
@@ -512,30 +512,62 @@ bool plain_like(const at::Tensor& t, at::Tensor* out) {
     expect *= std::max<int64_t>(sizes[d], 1);
   }
   if (!plain_alloc_ok()) return false;
-  return plain_alloc(sizes, t.scalar_type(), dev, out);
+  return plain_alloc(sizes, dtype, dev, out);
 }
 
-// empty_like(self) with every option None: the allocation every Triton host
-// function starts with.
+// empty_like(self, dtype=None|constant, layout=None|strided, device=None, pin_memory=None|False,
+// memory_format=None|preserve|contiguous): the allocation every Triton host function starts
+// with (FlagGems' pointwise wrappers pass the output dtype).  For an input with exactly
+// contiguous strides, preserve and contiguous give the same strides.
 bool fast_empty_like(const trt_op* op, trt_frame* f) {
   const c10::IValue* a = arg_value(op, f, 0);
-  if (!a || !a->isTensor()) return false;
-  std::optional<bool> pin;
-  for (size_t k = 1; k < 6; ++k) {
-    const c10::IValue* v = arg_value(op, f, k);
-    if (k == 4 && v && v->isBool() && !v->toBool()) {
-      pin = false;  // pin_memory=False, as tracing writes it
-      continue;
-    }
-    if (!v || !v->isNone()) return false;
-  }
+  if (!a || !a->isTensor() || op->args.size() != 6) return false;
+  const c10::IValue* dtype = arg_value(op, f, 1);
+  const c10::IValue* layout = arg_value(op, f, 2);
+  const c10::IValue* device = arg_value(op, f, 3);
+  const c10::IValue* pin = arg_value(op, f, 4);
+  const c10::IValue* mf = arg_value(op, f, 5);
+  if (!dtype || !(dtype->isNone() ||
+                  (dtype->isInt() && dtype->toInt() >= 0 &&
+                   dtype->toInt() < static_cast<int64_t>(c10::ScalarType::NumOptions))))
+    return false;
+  if (!layout || !(layout->isNone() ||
+                   (layout->isInt() && layout->toInt() == static_cast<int64_t>(c10::kStrided))))
+    return false;
+  if (!device || !device->isNone()) return false;
+  if (!pin || !(pin->isNone() || (pin->isBool() && !pin->toBool()))) return false;
+  if (!mf || !(mf->isNone() ||
+               (mf->isInt() &&
+                (mf->toInt() == static_cast<int64_t>(c10::MemoryFormat::Preserve) ||
+                 mf->toInt() == static_cast<int64_t>(c10::MemoryFormat::Contiguous)))))
+    return false;
+  const at::Tensor& t = a->toTensor();
   at::Tensor out;
-  if (plain_like(a->toTensor(), &out)) {
+  if (plain_like(t, dtype->isNone() ? t.scalar_type() : static_cast<c10::ScalarType>(dtype->toInt()),
+                 &out)) {
     f->slots[op->outs[0]] = c10::IValue(std::move(out));
     return true;
   }
-  f->slots[op->outs[0]] = c10::IValue(at::_ops::empty_like::call(
-      a->toTensor(), std::nullopt, std::nullopt, std::nullopt, pin, std::nullopt));
+  std::optional<c10::ScalarType> dt;
+  if (dtype->isInt()) dt = static_cast<c10::ScalarType>(dtype->toInt());
+  std::optional<c10::Layout> lay;
+  if (layout->isInt()) lay = c10::kStrided;
+  std::optional<bool> pn;
+  if (pin->isBool()) pn = false;
+  std::optional<c10::MemoryFormat> mfo;
+  if (mf->isInt()) mfo = static_cast<c10::MemoryFormat>(mf->toInt());
+  f->slots[op->outs[0]] =
+      c10::IValue(at::_ops::empty_like::call(t, dt, lay, std::nullopt, pn, mfo));
+  return true;
+}
+
+// sym_numel(self) / numel(self): the element count as an int, without boxing.
+bool fast_numel(const trt_op* op, trt_frame* f) {
+  const c10::IValue* a = arg_value(op, f, 0);
+  if (!a || !a->isTensor() || op->args.size() != 1) return false;
+  const at::Tensor& t = a->toTensor();
+  if (!t.defined() || t.unsafeGetTensorImpl()->has_symbolic_sizes_strides()) return false;
+  f->slots[op->outs[0]] = c10::IValue(t.numel());
   return true;
 }
 
@@ -592,6 +624,8 @@ const FastEntry kFast[] = {
     TRT_BINARY(mul, Tensor), TRT_BINARY(div, Tensor),
     {"aten::mm", "", fast_binary<at::_ops::mm::call>},
     {"aten::empty_like", "", fast_empty_like},
+    {"aten::sym_numel", "", fast_numel},
+    {"aten::numel", "", fast_numel},
     {"aten::empty", "memory_format", fast_empty},
     {"aten::add", "Tensor", fast_binary_alpha<at::_ops::add_Tensor::call>},
     {"aten::sub", "Tensor", fast_binary_alpha<at::_ops::sub_Tensor::call>},
@@ -647,6 +681,7 @@ struct TrtModule {
   void* state;
   trt_scm_call_fn call;
   trt_scm_stats_fn stats;
+  trt_scm_profile_fn profile;
   trt_scm_free_fn free_fn;
   PyObject* consts;
   PyObject* path;
@@ -681,9 +716,36 @@ PyObject* module_stats(PyObject* self, PyObject*) {
   return out;
 }
 
+PyObject* module_profile(PyObject* self, PyObject*) {
+  auto* m = reinterpret_cast<TrtModule*>(self);
+  int n = m->stats(m->state, nullptr, nullptr, 0);
+  std::vector<int64_t> v(8 * static_cast<size_t>(n > 0 ? n : 0));
+  m->profile(m->state, v.data(), n);
+  PyObject* out = PyList_New(n);
+  if (!out) return nullptr;
+  for (int i = 0; i < n; ++i) {
+    const int64_t* o = v.data() + 8 * i;
+    PyObject* t = Py_BuildValue("(LLLLLLLL)", static_cast<long long>(o[0]),
+                                static_cast<long long>(o[1]), static_cast<long long>(o[2]),
+                                static_cast<long long>(o[3]), static_cast<long long>(o[4]),
+                                static_cast<long long>(o[5]), static_cast<long long>(o[6]),
+                                static_cast<long long>(o[7]));
+    if (!t) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+    PyList_SET_ITEM(out, i, t);
+  }
+  return out;
+}
+
 PyMethodDef module_methods[] = {
     {"stats", module_stats, METH_NOARGS,
      "[(hits, index of the guard that last failed or -1)] per version"},
+    {"profile", module_profile, METH_NOARGS,
+     "[(ns in guards, ns in the program over the hits, misses, ns of guards on misses "
+     "(these four nonzero only for versions generated with TRIDENT_PROFILE=1), environment "
+     "guards, their records, of them evaluated on every call, cached)] per version"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyTypeObject TrtModuleType = {PyVarObject_HEAD_INIT(nullptr, 0)};
@@ -700,8 +762,9 @@ PyObject* load_scm(PyObject*, PyObject* args) {
   auto init = reinterpret_cast<trt_scm_init_fn>(dlsym(h, "trident_scm_init"));
   auto call = reinterpret_cast<trt_scm_call_fn>(dlsym(h, "trident_scm_call"));
   auto stats = reinterpret_cast<trt_scm_stats_fn>(dlsym(h, "trident_scm_stats"));
+  auto prof = reinterpret_cast<trt_scm_profile_fn>(dlsym(h, "trident_scm_profile"));
   auto fr = reinterpret_cast<trt_scm_free_fn>(dlsym(h, "trident_scm_free"));
-  if (!init || !call || !stats || !fr) {
+  if (!init || !call || !stats || !prof || !fr) {
     PyErr_Format(PyExc_ImportError, "trident: %s lacks the SCM entry points", path);
     return nullptr;
   }
@@ -719,6 +782,7 @@ PyObject* load_scm(PyObject*, PyObject* args) {
   m->state = state;
   m->call = call;
   m->stats = stats;
+  m->profile = prof;
   m->free_fn = fr;
   Py_INCREF(consts);
   m->consts = consts;

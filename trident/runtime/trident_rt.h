@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct or the api table below changes shape. */
-#define TRT_ABI_VERSION 6
+#define TRT_ABI_VERSION 7
 
 /* Status codes returned by an SCM entry through its `status` argument. */
 enum {
@@ -234,11 +234,18 @@ typedef struct trt_api {
  *   int trident_scm_stats(void *state, int64_t *hits, int32_t *failed_guard, int32_t n);
  *       Copy per-version hit counts and the index of the guard that last
  *       failed (-1: none yet); returns the number of versions.
+ *   int trident_scm_profile(void *state, int64_t *out, int32_t n);
+ *       Copy per version eight counters: ns in guards and in the program over its hits,
+ *       misses, ns of guards on misses (written only by versions generated with
+ *       TRIDENT_PROFILE=1, zero otherwise); its environment guards, their records, how many
+ *       of them are evaluated on every call, whether the block is cached.  Returns the
+ *       number of versions.
  *   void trident_scm_free(void *state);
  */
 typedef int (*trt_scm_init_fn)(const trt_api *, PyObject *, void **);
 typedef PyObject *(*trt_scm_call_fn)(void *, PyObject *const *, int *);
 typedef int (*trt_scm_stats_fn)(void *, int64_t *, int32_t *, int32_t);
+typedef int (*trt_scm_profile_fn)(void *, int64_t *, int32_t);
 typedef void (*trt_scm_free_fn)(void *);
 
 #ifdef __cplusplus
