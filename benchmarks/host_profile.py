@@ -69,8 +69,9 @@ def main(argv=None) -> int:
         out.mkdir(parents=True, exist_ok=True)
     print(f"device {device}; TRIDENT_PROFILE={os.environ.get('TRIDENT_PROFILE', '0')}")
     print("| op | shape | PyTorch op us | Trident us | hit version | its guards us | its program "
-          "us | earlier versions' failed guards us | rest us | guards (kinds) |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+          "us | earlier versions' failed guards us | rest us | env block of the hit version: "
+          "guards/records/live | guards (kinds) |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|")
     with torch.no_grad():
         for name in a.ops.split(","):
             op = fo.OP_BY_NAME[name]
@@ -112,8 +113,10 @@ def main(argv=None) -> int:
                     m_us = sum((p["miss_us"] or 0) for p in prof[:hv] if p)
                 fmt = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
                 rest = (t_tr - g_us - p_us - m_us) if g_us is not None else None
+                e = st["env_guards"][hv]
+                env = "-" if e is None else f"{e['guards']}/{e['records']}/{e['live']}"
                 print(f"| {name} | {fo.shape_label(op, s)} | {t_ref:.2f} | {t_tr:.2f} | {hv} | "
-                      f"{fmt(g_us)} | {fmt(p_us)} | {fmt(m_us)} | {fmt(rest)} | "
+                      f"{fmt(g_us)} | {fmt(p_us)} | {fmt(m_us)} | {fmt(rest)} | {env} | "
                       f"{'; '.join(kinds) if si == 0 else ''} |", flush=True)
                 del prof0
             if out:

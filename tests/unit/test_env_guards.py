@@ -209,3 +209,55 @@ def test_slots_and_getattr_objects_run_live():
         else:
             DYN._mode = "b"
         _check(g, f)
+
+
+def helper(x, a=2.0, *, k=1.0):
+    return x * a + k
+
+
+def _helper_alt(x, a=2.0, *, k=1.0):
+    return x * a - k
+
+
+def f_helper(x):
+    return helper(x)
+
+
+HOLDER = Cfg()
+HOLDER.items = [1.0, 2.0]
+
+
+def f_holder_items(x):
+    return x * HOLDER.items[1]
+
+
+def test_function_defaults_kwdefaults_and_code_changes_are_seen():
+    saved = (helper.__defaults__, dict(helper.__kwdefaults__), helper.__code__)
+    try:
+        g = trident.jit(f_helper)
+        _check(g, f_helper)
+        if HAVE_TAGS:
+            assert _env(g)["cached"]
+        helper.__defaults__ = (3.0,)          # reassigned: the function's slot record
+        _check(g, f_helper)
+        helper.__kwdefaults__["k"] = 5.0      # the kwdefaults dict mutated: its dict record
+        _check(g, f_helper)
+        helper.__code__ = _helper_alt.__code__
+        _check(g, f_helper)
+    finally:
+        helper.__defaults__, helper.__code__ = saved[0], saved[2]
+        helper.__kwdefaults__ = saved[1]
+
+
+def test_live_guard_resumes_after_its_covered_prefix():
+    g = trident.jit(f_holder_items)
+    _check(g, f_holder_items)
+    if HAVE_TAGS:
+        e = _env(g)
+        assert e["cached"] and e["live"] >= 1
+    HOLDER.items[1] = 7.0     # only the live part (the list item) sees this
+    _check(g, f_holder_items)
+    HOLDER.items = [0.5, 0.25]  # a new list: the instance dict's record sees this
+    _check(g, f_holder_items)
+    HOLDER.items[1] = -3.0
+    _check(g, f_holder_items)

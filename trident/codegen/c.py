@@ -327,9 +327,16 @@ class _VersionGen:
                 "TRT_NENV, S, &S->h.failed)) {\n    goto miss;\n  }")
         self.mod.env.append(k)
         lines = [f"/* [{k}] {text} */",
-                 f"static int envg{k}(void *st, trt_envblock *b) {{",
+                 f"static int envg{k}(void *st, trt_envblock *b, trt_envanchor *a) {{",
                  "  version_state *S = (version_state *)st;", "  PyObject *const *K = S->K;"]
         memo: dict = {}
+        # One source: its loads are a chain, e[0] the root, each the base of the next, and a
+        # live evaluation starts after the anchor (the last step the records cover).
+        chain = not isinstance(g, ir.SameObject)
+        nsteps = _chain_len(g.source) if chain else _chain_len(g.a) + _chain_len(g.b)
+        lines.append(f"  PyObject *e[{nsteps}] = {{NULL}};")
+        lines.append("  int from = trt_r_from(b, a, e);" if chain else
+                     "  int from = 0; (void)a;")
 
         def load(src) -> str:
             if src in memo:
@@ -350,9 +357,11 @@ class _VersionGen:
                 expr = f"trt_r_item_obj(b, {load(src.base)}, {self.mod.name(src.key)})"
             else:  # _env_guard() admitted only the kinds above
                 raise UnsupportedError(f"cannot load source {src} in an environment guard")
-            var = f"e{len(memo)}"
+            j = len(memo)
+            var = f"e[{j}]"
             memo[src] = var
-            lines.append(f"  PyObject *{var} = {expr};")
+            step = f" trt_r_step(b, a, {j}, {var});" if chain else ""
+            lines.append(f"  if (from <= {j}) {{ {var} = {expr};{step} }}")
             return var
 
         consts = self.v.consts
@@ -400,7 +409,7 @@ class _VersionGen:
             raise UnsupportedError(f"guard {type(g).__name__} in an environment block")
         if cond is not None:
             lines.append(f"  int pass = {cond};")
-        lines += [f"  Py_XDECREF({v});" for v in reversed(list(memo.values()))]
+        lines.append(f"  for (int i = 0; i < {nsteps}; ++i) Py_XDECREF(e[i]);")
         lines.append("  return pass;")
         lines.append("}")
         self.mod.helpers.extend(lines)
@@ -703,6 +712,14 @@ def _env_source(src) -> bool:
     while isinstance(src, (ir.Attr, ir.Item, ir.TypeOf, ir.DictEntryAt)):
         src = src.base
     return isinstance(src, (ir.Global, ir.ConstObj))
+
+
+def _chain_len(src) -> int:
+    n = 1
+    while isinstance(src, (ir.Attr, ir.Item, ir.TypeOf, ir.DictEntryAt)):
+        src = src.base
+        n += 1
+    return n
 
 
 def _env_guard(g) -> bool:

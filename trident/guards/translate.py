@@ -267,14 +267,17 @@ def _closure_match(src, v, consts: ConstPool) -> list:
     """Dynamo's CLOSURE_MATCH checks only `__code__` of a user function and
     relies on other guards for what else the call reads; torch 2.11 does not
     always guard a rebound function's defaults.  Trident keeps identity for
-    a function without a closure, and for a closure (a new object per call)
-    checks its code and its defaults."""
+    a function without a closure and checks its `__code__` too (the same
+    function object can be given another code object), and for a closure (a
+    new object per call) checks its code and its defaults."""
     import types
 
     if type(v) is not types.FunctionType:
         return [ir.IdMatch(src, consts.add(v), _describe(v))]
     if v.__closure__ is None:
-        return [ir.IdMatch(src, consts.add(v), f"function {v.__qualname__}")]
+        return [ir.IdMatch(src, consts.add(v), f"function {v.__qualname__}"),
+                ir.IdMatch(ir.Attr(src, "__code__"), consts.add(v.__code__),
+                           f"{v.__qualname__}.__code__")]
     out = [ir.IdMatch(ir.Attr(src, "__code__"), consts.add(v.__code__),
                       f"{v.__qualname__}.__code__")]
     for attr in ("__defaults__", "__kwdefaults__"):

@@ -22,6 +22,11 @@ static void eb_clear(trt_envblock *b) {
     Py_CLEAR(b->rec[i].obj);
     Py_CLEAR(b->rec[i].aux);
   }
+  if (b->anchor)
+    for (int i = 0; i < b->nguards; ++i) {
+      Py_CLEAR(b->anchor[i].obj);
+      b->anchor[i].step = -1;
+    }
   b->n = 0;
   b->valid = 0;
 }
@@ -30,8 +35,10 @@ void trt_envblock_free(trt_envblock *b) {
   eb_clear(b);
   free(b->rec);
   free(b->live);
+  free(b->anchor);
   b->rec = NULL;
   b->live = NULL;
+  b->anchor = NULL;
   b->cap = 0;
 }
 
@@ -39,7 +46,10 @@ void trt_envblock_free(trt_envblock *b) {
 static void eb_add(trt_envblock *b, int kind, PyObject *obj, PyObject *aux, uint64_t tag) {
   if (!b) return;
   for (int i = 0; i < b->n; ++i)
-    if (b->rec[i].kind == kind && b->rec[i].obj == obj) return;
+    if (b->rec[i].kind == kind && b->rec[i].obj == obj) {
+      if (b->rec[i].aux != aux || b->rec[i].tag != tag) b->uncovered = 1;  /* changed meanwhile */
+      return;
+    }
   if (b->n == b->cap) {
     int cap = b->cap ? 2 * b->cap : 32;
     trt_envrec *r = (trt_envrec *)realloc(b->rec, (size_t)cap * sizeof(trt_envrec));
@@ -210,10 +220,21 @@ static PyObject *eb_attr_covered(trt_envblock *b, PyObject *o, PyObject *name) {
 PyObject *trt_r_attr(trt_envblock *b, PyObject *o, PyObject *name) {
   if (!o) return NULL;
   if (b) {
-    if (PyUnicode_CompareWithASCIIString(name, "__defaults__") == 0 ||
-        PyUnicode_CompareWithASCIIString(name, "__kwdefaults__") == 0 ||
-        PyUnicode_CompareWithASCIIString(name, "__code__") == 0) {
-      b->uncovered = 1;  /* function slots: assignable, no tag */
+    int which = PyUnicode_CompareWithASCIIString(name, "__defaults__") == 0     ? 0
+              : PyUnicode_CompareWithASCIIString(name, "__kwdefaults__") == 0 ? 1
+              : PyUnicode_CompareWithASCIIString(name, "__code__") == 0       ? 2
+                                                                               : -1;
+    if (which >= 0) {
+      /* A function's slot: assignable without any tag, so its current object is recorded
+       * (a __kwdefaults__ dict's contents are its own dict record, when read). */
+      if (PyFunction_Check(o)) {
+        PyObject *v = trt_attr_func(o, name, which);
+        PyObject *slot = which == 0 ? PyFunction_GET_DEFAULTS(o)
+                       : which == 1 ? PyFunction_GET_KW_DEFAULTS(o) : PyFunction_GET_CODE(o);
+        eb_add(b, TRT_ER_FUNCATTR + which, o, slot, 0);
+        return v;
+      }
+      b->uncovered = 1;
     } else {
       PyObject *v = eb_attr_covered(b, o, name);
       if (v) return v;
@@ -260,21 +281,27 @@ int trt_envblock_eval(trt_envblock *b, trt_envg_fn *const *fns, const int *ix, i
   b->nlive = n;
   if (!TRT_HAVE_DICT_TAGS) {
     for (int i = 0; i < n; ++i)
-      if (!fns[i](state, NULL)) { *failed = ix[i]; return 0; }
+      if (!fns[i](state, NULL, NULL)) { *failed = ix[i]; return 0; }
     return 1;
   }
   if (!b->live) {
     b->live = (unsigned char *)calloc((size_t)(n > 0 ? n : 1), 1);
-    if (!b->live) {  /* no memory for the block: evaluate, never cache */
+    b->anchor = (trt_envanchor *)calloc((size_t)(n > 0 ? n : 1), sizeof(trt_envanchor));
+    if (!b->live || !b->anchor) {  /* no memory for the block: evaluate, never cache */
+      free(b->live);
+      free(b->anchor);
+      b->live = NULL;
+      b->anchor = NULL;
       for (int i = 0; i < n; ++i)
-        if (!fns[i](state, NULL)) { *failed = ix[i]; return 0; }
+        if (!fns[i](state, NULL, NULL)) { *failed = ix[i]; return 0; }
       return 1;
     }
+    for (int i = 0; i < n; ++i) b->anchor[i].step = -1;
   }
   int nlive = 0;
   for (int i = 0; i < n; ++i) {
     b->uncovered = 0;
-    if (!fns[i](state, b)) {
+    if (!fns[i](state, b, &b->anchor[i])) {
       *failed = ix[i];
       if (b->uncovered) {
         eb_clear(b);
@@ -297,7 +324,7 @@ int trt_envblock_eval(trt_envblock *b, trt_envg_fn *const *fns, const int *ix, i
 int trt_envblock_live(trt_envblock *b, trt_envg_fn *const *fns, const int *ix, int n,
                       void *state, int32_t *failed) {
   for (int i = 0; i < n; ++i)
-    if (b->live[i] && !fns[i](state, NULL)) { *failed = ix[i]; return 0; }
+    if (b->live[i] && !fns[i](state, NULL, &b->anchor[i])) { *failed = ix[i]; return 0; }
   return 1;
 }
 

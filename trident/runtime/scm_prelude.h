@@ -339,7 +339,15 @@ static inline uint64_t trt_dict_tag(PyObject *d) { (void)d; return 0; }
 static inline uint64_t trt_type_tag(PyObject *t) { (void)t; return 0; }
 #endif
 
-enum { TRT_ER_DICT = 0, TRT_ER_CLASS = 1, TRT_ER_TYPETAG = 2, TRT_ER_INSTDICT = 3 };
+enum { TRT_ER_DICT = 0, TRT_ER_CLASS = 1, TRT_ER_TYPETAG = 2, TRT_ER_INSTDICT = 3,
+       TRT_ER_FUNCATTR = 4 /* 4 + which: a function's __defaults__/__kwdefaults__/__code__ */ };
+
+/* Where a live guard's evaluation starts: after its last step whose reads the records
+ * cover (the object that step loaded, the same object while they hold). */
+typedef struct trt_envanchor {
+  int step;      /* -1: from the root */
+  PyObject *obj; /* strong */
+} trt_envanchor;
 
 typedef struct trt_envrec {
   int kind;
@@ -358,6 +366,7 @@ typedef struct trt_envblock {
   int nlive;           /* of them, evaluated on every call (-1: the last evaluation failed) */
   trt_envrec *rec;     /* malloc'd */
   unsigned char *live; /* per guard of the block */
+  trt_envanchor *anchor; /* per guard of the block */
 } trt_envblock;
 
 /* The first member of every version's state: what trident_scm_stats reads. */
@@ -371,8 +380,25 @@ typedef struct trt_version_head {
   trt_envblock eb; /* the version's environment guards (zero until they first ran) */
 } trt_version_head;
 
-/* One guard of a block: evaluates it, recording its reads into b (b NULL: no recording). */
-typedef int trt_envg_fn(void *state, trt_envblock *b);
+/* One guard of a block: evaluates it, recording its reads into b and its anchor into a (b
+ * NULL: no recording; then a, if given, says where to start). */
+typedef int trt_envg_fn(void *state, trt_envblock *b, trt_envanchor *a);
+
+/* After step j of a guard loaded o: while nothing read so far is uncovered, it is the
+ * guard's anchor. */
+static inline void trt_r_step(trt_envblock *b, trt_envanchor *a, int j, PyObject *o) {
+  if (!b || !a || b->uncovered || !o) return;
+  Py_INCREF(o);
+  Py_XSETREF(a->obj, o);
+  a->step = j;
+}
+/* The first step to run: after the anchor when resuming (b NULL), with e[step] set. */
+static inline int trt_r_from(trt_envblock *b, trt_envanchor *a, PyObject **e) {
+  if (b || !a || !a->obj) return 0;
+  Py_INCREF(a->obj);
+  e[a->step] = a->obj;
+  return a->step + 1;
+}
 
 static inline int trt_envblock_hit(const trt_envblock *b) {
   if (!TRT_HAVE_DICT_TAGS || !b->valid) return 0;
@@ -388,9 +414,16 @@ static inline int trt_envblock_hit(const trt_envblock *b) {
       case TRT_ER_TYPETAG:
         if (trt_type_tag(r->obj) != r->tag) return 0;
         break;
-      default: {
+      case TRT_ER_INSTDICT: {
         PyObject **dp = _PyObject_GetDictPtr(r->obj);
         if (!dp || *dp != r->aux) return 0;
+        break;
+      }
+      default: { /* FUNCATTR: recorded only for exact functions */
+        PyObject *v = r->kind == TRT_ER_FUNCATTR ? PyFunction_GET_DEFAULTS(r->obj)
+                    : r->kind == TRT_ER_FUNCATTR + 1 ? PyFunction_GET_KW_DEFAULTS(r->obj)
+                                                     : PyFunction_GET_CODE(r->obj);
+        if (v != r->aux) return 0;
       }
     }
   }
