@@ -92,7 +92,8 @@ def main(argv=None) -> int:
             tf = trident.jit(f, strict=False)
             for args in ins:
                 fo.check(op, tf(*args), f(*args), args)
-            kinds = []
+            kinds = ["C build+load s: " + ", ".join(
+                f"{t['build']:.2f}" for t in trident.stats(tf)["compile_seconds"])]
             for v in trident.versions(tf):
                 c = collections.Counter(type(g).__name__ for g in v.guards)
                 kinds.append(f"v{v.index}: {len(v.guards)} = " + ", ".join(

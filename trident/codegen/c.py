@@ -69,6 +69,7 @@ class _Tables:
         self.ops: list[str] = []  # C statements creating ops (in init)
         self.launches: list[str] = []  # C statements creating Triton launches
         self.env: list[int] = []  # indices of the guards in the environment block
+        self.env_rows: list[str] = []  # their trt_envg_desc initializers
         self.decls: list[str] = []
         self.helpers: list[str] = []  # static functions before the version's (env guards)
 
@@ -311,108 +312,84 @@ class _VersionGen:
 
     def _env_guard(self, k: int, g, text: str) -> None:
         """A guard on the environment only (every source a global or a constant, then
-        attributes, items, types): its own small function `envg<k>`, evaluated with the
-        version's other environment guards as one block (trt_envblock in scm_prelude.h),
-        which the version's function re-evaluates only when something they read has
-        changed.  The check of the block is emitted where the first of them stood."""
+        attributes, items, types): a row of the version's `envg_desc` table (its loads as
+        steps, then its check), evaluated with the version's other environment guards as one
+        block by scm_main.c (trt_envblock in scm_prelude.h), which the version's function
+        re-evaluates only when something they read has changed.  The check of the block is
+        emitted where the first of them stood."""
         if not self.mod.env:
-            self.lines.append(f"  /* [{k}...] environment guards: envg<k> above, cached */")
+            self.lines.append(f"  /* [{k}...] environment guards: envg_desc, cached */")
+            args = "envg_desc, envg_ix, TRT_NENV, &S->envctx, &S->h.failed"
             self.lines.append(
                 "  if (!trt_envblock_hit(&S->h.eb)) {\n"
-                "    if (!trt_envblock_eval(&S->h.eb, envg_fns, envg_ix, TRT_NENV, S, "
-                "&S->h.failed)) goto miss;\n"
+                f"    if (!trt_envblock_eval(&S->h.eb, {args})) goto miss;\n"
                 "  } else if (S->h.eb.valid == 2) {\n"
                 "    FAIL(S->h.eb.failed);\n"
-                "  } else if (S->h.eb.nlive && !trt_envblock_live(&S->h.eb, envg_fns, envg_ix, "
-                "TRT_NENV, S, &S->h.failed)) {\n    goto miss;\n  }")
+                f"  }} else if (S->h.eb.nlive && !trt_envblock_live(&S->h.eb, {args})) {{\n"
+                "    goto miss;\n  }")
         self.mod.env.append(k)
-        lines = [f"/* [{k}] {text} */",
-                 f"static int envg{k}(void *st, trt_envblock *b, trt_envanchor *a) {{",
-                 "  version_state *S = (version_state *)st;", "  PyObject *const *K = S->K;"]
-        memo: dict = {}
-        # One source: its loads are a chain, e[0] the root, each the base of the next, and a
-        # live evaluation starts after the anchor (the last step the records cover).
-        chain = not isinstance(g, ir.SameObject)
-        nsteps = _chain_len(g.source) if chain else _chain_len(g.a) + _chain_len(g.b)
-        lines.append(f"  PyObject *e[{nsteps}] = {{NULL}};")
-        lines.append("  int from = trt_r_from(b, a, e);" if chain else
-                     "  int from = 0; (void)a;")
-
-        def load(src) -> str:
-            if src in memo:
-                return memo[src]
-            if isinstance(src, ir.Global):
-                expr = f"trt_r_global(b, S->globals, S->builtins, {self.mod.name(src.name)})"
-            elif isinstance(src, ir.ConstObj):
-                expr = f"(Py_INCREF({self.K(src.index)}), {self.K(src.index)})"
-            elif isinstance(src, ir.Attr):
-                expr = f"trt_r_attr(b, {load(src.base)}, {self.mod.name(src.name)})"
-            elif isinstance(src, ir.TypeOf):
-                expr = f"trt_r_typeof(b, {load(src.base)})"
-            elif isinstance(src, ir.DictEntryAt):
-                expr = f"trt_r_dict_entry_at(b, {load(src.base)}, {src.index}, {int(src.value)})"
-            elif isinstance(src, ir.Item) and isinstance(src.key, int):
-                expr = f"trt_r_item_int(b, {load(src.base)}, {src.key})"
-            elif isinstance(src, ir.Item):
-                expr = f"trt_r_item_obj(b, {load(src.base)}, {self.mod.name(src.key)})"
-            else:  # _env_guard() admitted only the kinds above
-                raise UnsupportedError(f"cannot load source {src} in an environment guard")
-            j = len(memo)
-            var = f"e[{j}]"
-            memo[src] = var
-            step = f" trt_r_step(b, a, {j}, {var});" if chain else ""
-            lines.append(f"  if (from <= {j}) {{ {var} = {expr};{step} }}")
-            return var
-
         consts = self.v.consts
+        kind, flags, c0, c1, name, n = "ID", 0, 0, 0, 0, 0
+        srcs = [g.a, g.b] if isinstance(g, ir.SameObject) else [g.source]
         if isinstance(g, ir.IdMatch):
-            o = load(g.source)
-            cond = f"{o} && {o} == {self.K(g.const)}"
+            c0 = g.const
         elif isinstance(g, ir.EqualsMatch):
-            o = load(g.source)
+            kind, c0, c1 = "EQ", g.const, g.type_const
             if not _immutable(consts[g.const]):
-                lines.append("  trt_r_uncovered(b); /* a mutable value: compared on every call */")
-            cond = f"trt_equals({o}, {self.K(g.type_const)}, {self.K(g.const)})"
+                flags |= 1  # a mutable value: compared on every call
         elif isinstance(g, ir.TypeMatch):
-            o = load(g.source)
-            lines.append(f"  trt_r_class(b, {o});")
-            cond = f"{o} && (PyObject *)Py_TYPE({o}) == {self.K(g.type_const)}"
+            kind, c0 = "TYPE", g.type_const
         elif isinstance(g, ir.SameObject):
-            a, c = load(g.a), load(g.b)
-            cond = f"{a} && {a} == {c}"
+            kind = "SAME"
         elif isinstance(g, ir.NotInDict):
-            o = load(g.source)
-            lines.append(f"  PyObject *d = trt_r_instdict(b, {o});")
-            cond = (f"d && PyDict_Contains(d, {self.mod.name(g.name)}) == 0")
-            lines.append(f"  int pass = {cond};")
-            lines.append("  if (PyErr_Occurred()) { PyErr_Clear(); pass = 0; }")
-            lines.append("  Py_XDECREF(d);")
-            cond = None
+            kind, name = "NOTIN", self.mod.name_ix(g.name)
         elif isinstance(g, ir.Contains):
-            o = load(g.source)
-            lines.append(f"  trt_r_dict(b, {o});")
-            fn = "trt_dict_has" if g.kind == "dict" else "trt_set_has"
-            cond = f"{fn}({o}, {self.K(g.key)}) == {1 if g.present else 0}"
+            kind, c0 = "CONTAINS", g.key
+            flags |= (4 if g.present else 0) | (2 if g.kind == "dict" else 8 | 1)
         elif isinstance(g, ir.LengthMatch):
-            o = load(g.source)
+            kind, c0, n = "LEN", g.type_const, g.length
             t = consts[g.type_const]
             if t is dict:
-                lines.append(f"  trt_r_dict(b, {o});")
+                flags |= 2
             elif t not in (tuple, str, bytes):
-                lines.append("  trt_r_uncovered(b); /* a mutable container: measured on every call */")
-            cond = f"trt_len_is({o}, {self.K(g.type_const)}, {g.length})"
+                flags |= 1  # a mutable container: measured on every call
         elif isinstance(g, ir.DictKeysMatch):
-            o = load(g.source)
-            lines.append(f"  trt_r_dict(b, {o});")
-            cond = f"trt_dict_keys({o}, {self.K(g.const)})"
+            kind, c0, flags = "DICTKEYS", g.const, flags | 2
         else:
             raise UnsupportedError(f"guard {type(g).__name__} in an environment block")
-        if cond is not None:
-            lines.append(f"  int pass = {cond};")
-        lines.append(f"  for (int i = 0; i < {nsteps}; ++i) Py_XDECREF(e[i]);")
-        lines.append("  return pass;")
-        lines.append("}")
-        self.mod.helpers.extend(lines)
+        chains = [self._env_steps(src) for src in srcs]
+        steps = [st for ch in chains for st in ch]
+        self.mod.helpers.append(f"/* [{k}] {text} */")
+        self.mod.helpers.append(f"static const trt_envstep es{k}[] = {{{', '.join(steps)}}};")
+        self.mod.env_rows.append(
+            f"  {{TRT_EG_{kind}, {flags}, {len(steps)}, {len(chains[0])}, es{k}, {c0}, {c1}, "
+            f"{name}, INT64_C({n})}},  /* [{k}] */")
+
+    def _env_steps(self, src) -> list:
+        """The C initializers of the steps loading `src`, from its root."""
+        out = []
+        while True:
+            if isinstance(src, ir.Global):
+                out.append(f"{{TRT_ES_GLOBAL, {self.mod.name_ix(src.name)}}}")
+                break
+            if isinstance(src, ir.ConstObj):
+                out.append(f"{{TRT_ES_CONST, {src.index}}}")
+                break
+            if isinstance(src, ir.Attr):
+                out.append(f"{{TRT_ES_ATTR, {self.mod.name_ix(src.name)}}}")
+            elif isinstance(src, ir.TypeOf):
+                out.append("{TRT_ES_TYPEOF, 0}")
+            elif isinstance(src, ir.DictEntryAt):
+                op = "TRT_ES_DICT_VALUE_AT" if src.value else "TRT_ES_DICT_KEY_AT"
+                out.append(f"{{{op}, {src.index}}}")
+            elif isinstance(src, ir.Item) and isinstance(src.key, int):
+                out.append(f"{{TRT_ES_ITEM_INT, {src.key}}}")
+            elif isinstance(src, ir.Item):
+                out.append(f"{{TRT_ES_ITEM_STR, {self.mod.name_ix(src.key)}}}")
+            else:  # _env_guard() admitted only the kinds above
+                raise UnsupportedError(f"cannot load source {src} in an environment guard")
+            src = src.base
+        return out[::-1]
 
     # -- program
     def instr(self, ins) -> None:
@@ -714,6 +691,9 @@ def _env_source(src) -> bool:
     return isinstance(src, (ir.Global, ir.ConstObj))
 
 
+_ENV_STEPS = 32  # TRT_ENV_STEPS of scm_prelude.h
+
+
 def _chain_len(src) -> int:
     n = 1
     while isinstance(src, (ir.Attr, ir.Item, ir.TypeOf, ir.DictEntryAt)):
@@ -726,8 +706,9 @@ def _env_guard(g) -> bool:
     if not isinstance(g, _ENV_GUARDS):
         return False
     if isinstance(g, ir.SameObject):
-        return _env_source(g.a) and _env_source(g.b)
-    return _env_source(g.source)
+        return (_env_source(g.a) and _env_source(g.b)
+                and _chain_len(g.a) + _chain_len(g.b) <= _ENV_STEPS)
+    return _env_source(g.source) and _chain_len(g.source) <= _ENV_STEPS
 
 
 _IMMUTABLE = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device)
@@ -812,6 +793,7 @@ def generate_version(v: ir.Version, profile: bool = False) -> Unit:
            "  trt_version_head h; /* first: trident_scm_stats reads hits and failed through it */",
            "  PyObject *const *K; /* this version's constant pool */",
            "  PyObject *globals, *builtins;",
+           "  trt_envctx envctx; /* K, N, globals, builtins for the environment block */",
            f"  PyObject *N[{max(len(mod.names), 1)}];",
            f"  trt_tensor_spec spec[{max(len(mod.specs), 1)}];",
            f"  trt_op *ops[{max(len(mod.ops), 1)}];",
@@ -824,8 +806,9 @@ def generate_version(v: ir.Version, profile: bool = False) -> Unit:
         out.append("")
     if mod.env:
         out.append(f"#define TRT_NENV {len(mod.env)}")
-        out.append("static trt_envg_fn *const envg_fns[] = {"
-                   + ", ".join(f"envg{k}" for k in mod.env) + "};")
+        out.append("static const trt_envg_desc envg_desc[] = {")
+        out.extend(mod.env_rows)
+        out.append("};")
         out.append("static const int envg_ix[] = {" + ", ".join(map(str, mod.env)) + "};")
         out.append("")
     out.append(body)
@@ -845,6 +828,7 @@ def generate_version(v: ir.Version, profile: bool = False) -> Unit:
     out.append("  if (!S) { PyErr_NoMemory(); return -1; }")
     out.append("  S->K = K; /* borrowed: the SCM's state owns the tuple */")
     out.append("  S->globals = globals;\n  S->builtins = builtins;")
+    out.append("  S->envctx = (trt_envctx){K, S->N, globals, builtins};")
     out.append("  S->h.failed = -1;")
     for j, n in enumerate(mod.names):
         out.append(f"  S->N[{j}] = PyUnicode_InternFromString({_cstr(n)});")

@@ -274,14 +274,93 @@ PyObject *trt_r_dict_entry_at(trt_envblock *b, PyObject *o, Py_ssize_t i, int va
   return trt_dict_entry_at(o, i, value);
 }
 
-int trt_envblock_eval(trt_envblock *b, trt_envg_fn *const *fns, const int *ix, int n,
-                      void *state, int32_t *failed) {
+/* After step j loaded o: while nothing read so far is uncovered, o is the anchor. */
+static void eg_step(trt_envblock *b, trt_envanchor *a, int j, PyObject *o) {
+  if (!b || !a || b->uncovered || !o) return;
+  Py_INCREF(o);
+  Py_XSETREF(a->obj, o);
+  a->step = j;
+}
+
+/* Steps [from, to) of d; e[from - 1] holds the base (or nothing, for a root step). */
+static void eg_load(const trt_envg_desc *d, const trt_envctx *c, trt_envblock *b,
+                    trt_envanchor *a, PyObject **e, int from, int to, int first) {
+  for (int j = from; j < to; ++j) {
+    const trt_envstep *s = &d->steps[j];
+    PyObject *base = j > first ? e[j - 1] : NULL;
+    PyObject *v;
+    switch (s->op) {
+      case TRT_ES_GLOBAL: v = trt_r_global(b, c->globals, c->builtins, c->N[s->arg]); break;
+      case TRT_ES_CONST: v = c->K[s->arg]; Py_INCREF(v); break;
+      case TRT_ES_ATTR: v = trt_r_attr(b, base, c->N[s->arg]); break;
+      case TRT_ES_ITEM_INT: v = trt_r_item_int(b, base, s->arg); break;
+      case TRT_ES_ITEM_STR: v = trt_r_item_obj(b, base, c->N[s->arg]); break;
+      case TRT_ES_TYPEOF: v = trt_r_typeof(b, base); break;
+      case TRT_ES_DICT_KEY_AT: v = trt_r_dict_entry_at(b, base, s->arg, 0); break;
+      default: v = trt_r_dict_entry_at(b, base, s->arg, 1); break;
+    }
+    e[j] = v;
+    if (first == 0) eg_step(b, a, j, v);
+  }
+}
+
+/* One guard: its loads (a live guard's from after its anchor), then its check. */
+static int eg_run(const trt_envg_desc *d, const trt_envctx *c, trt_envblock *b,
+                  trt_envanchor *a) {
+  PyObject *e[TRT_ENV_STEPS] = {NULL};
+  int same = d->kind == TRT_EG_SAME;
+  int from = 0;
+  if (!b && a && a->obj && !same) {
+    Py_INCREF(a->obj);
+    e[a->step] = a->obj;
+    from = a->step + 1;
+  }
+  if (same) {
+    eg_load(d, c, b, NULL, e, 0, d->nsteps_a, 0);
+    eg_load(d, c, b, NULL, e, d->nsteps_a, d->nsteps, d->nsteps_a);
+  } else {
+    eg_load(d, c, b, a, e, from, d->nsteps, 0);
+  }
+  PyObject *v = same ? e[d->nsteps_a - 1] : e[d->nsteps - 1];
+  PyObject *const *K = c->K;
+  if (d->flags & TRT_EGF_UNCOVERED) trt_r_uncovered(b);
+  if (d->flags & TRT_EGF_DICT) trt_r_dict(b, v);
+  int pass = 0;
+  switch (d->kind) {
+    case TRT_EG_ID: pass = v && v == K[d->c0]; break;
+    case TRT_EG_EQ: pass = trt_equals(v, K[d->c1], K[d->c0]); break;
+    case TRT_EG_TYPE:
+      trt_r_class(b, v);
+      pass = v && (PyObject *)Py_TYPE(v) == K[d->c0];
+      break;
+    case TRT_EG_SAME: pass = v && v == e[d->nsteps - 1]; break;
+    case TRT_EG_NOTIN: {
+      PyObject *dd = trt_r_instdict(b, v);
+      pass = dd && PyDict_Contains(dd, c->N[d->name]) == 0;
+      if (PyErr_Occurred()) { PyErr_Clear(); pass = 0; }
+      Py_XDECREF(dd);
+      break;
+    }
+    case TRT_EG_CONTAINS: {
+      int r = (d->flags & TRT_EGF_SET) ? trt_set_has(v, K[d->c0]) : trt_dict_has(v, K[d->c0]);
+      pass = r == ((d->flags & TRT_EGF_PRESENT) ? 1 : 0);
+      break;
+    }
+    case TRT_EG_LEN: pass = trt_len_is(v, K[d->c0], (Py_ssize_t)d->n); break;
+    default: pass = trt_dict_keys(v, K[d->c0]); break;
+  }
+  for (int j = 0; j < d->nsteps; ++j) Py_XDECREF(e[j]);
+  return pass;
+}
+
+int trt_envblock_eval(trt_envblock *b, const trt_envg_desc *d, const int *ix, int n,
+                      const trt_envctx *ctx, int32_t *failed) {
   eb_clear(b);
   b->nguards = n;
   b->nlive = n;
   if (!TRT_HAVE_DICT_TAGS) {
     for (int i = 0; i < n; ++i)
-      if (!fns[i](state, NULL, NULL)) { *failed = ix[i]; return 0; }
+      if (!eg_run(&d[i], ctx, NULL, NULL)) { *failed = ix[i]; return 0; }
     return 1;
   }
   if (!b->live) {
@@ -293,7 +372,7 @@ int trt_envblock_eval(trt_envblock *b, trt_envg_fn *const *fns, const int *ix, i
       b->live = NULL;
       b->anchor = NULL;
       for (int i = 0; i < n; ++i)
-        if (!fns[i](state, NULL, NULL)) { *failed = ix[i]; return 0; }
+        if (!eg_run(&d[i], ctx, NULL, NULL)) { *failed = ix[i]; return 0; }
       return 1;
     }
     for (int i = 0; i < n; ++i) b->anchor[i].step = -1;
@@ -301,7 +380,7 @@ int trt_envblock_eval(trt_envblock *b, trt_envg_fn *const *fns, const int *ix, i
   int nlive = 0;
   for (int i = 0; i < n; ++i) {
     b->uncovered = 0;
-    if (!fns[i](state, b, &b->anchor[i])) {
+    if (!eg_run(&d[i], ctx, b, &b->anchor[i])) {
       *failed = ix[i];
       if (b->uncovered) {
         eb_clear(b);
@@ -321,10 +400,10 @@ int trt_envblock_eval(trt_envblock *b, trt_envg_fn *const *fns, const int *ix, i
   return 1;
 }
 
-int trt_envblock_live(trt_envblock *b, trt_envg_fn *const *fns, const int *ix, int n,
-                      void *state, int32_t *failed) {
+int trt_envblock_live(trt_envblock *b, const trt_envg_desc *d, const int *ix, int n,
+                      const trt_envctx *ctx, int32_t *failed) {
   for (int i = 0; i < n; ++i)
-    if (b->live[i] && !fns[i](state, NULL, &b->anchor[i])) { *failed = ix[i]; return 0; }
+    if (b->live[i] && !eg_run(&d[i], ctx, NULL, &b->anchor[i])) { *failed = ix[i]; return 0; }
   return 1;
 }
 

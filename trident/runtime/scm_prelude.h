@@ -380,25 +380,38 @@ typedef struct trt_version_head {
   trt_envblock eb; /* the version's environment guards (zero until they first ran) */
 } trt_version_head;
 
-/* One guard of a block: evaluates it, recording its reads into b and its anchor into a (b
- * NULL: no recording; then a, if given, says where to start). */
-typedef int trt_envg_fn(void *state, trt_envblock *b, trt_envanchor *a);
+/* One guard of a block, as data (the version unit holds only these tables; scm_main.c's
+ * interpreter evaluates them): its loads from the root, then its check.  A same-object guard
+ * has two load chains, the first nsteps_a steps and the rest. */
+enum { TRT_ES_GLOBAL, TRT_ES_CONST, TRT_ES_ATTR, TRT_ES_ITEM_INT, TRT_ES_ITEM_STR, TRT_ES_TYPEOF,
+       TRT_ES_DICT_KEY_AT, TRT_ES_DICT_VALUE_AT };
+typedef struct trt_envstep {
+  int op;
+  int32_t arg; /* name index (GLOBAL, ATTR, ITEM_STR), constant index, item or entry index */
+} trt_envstep;
 
-/* After step j of a guard loaded o: while nothing read so far is uncovered, it is the
- * guard's anchor. */
-static inline void trt_r_step(trt_envblock *b, trt_envanchor *a, int j, PyObject *o) {
-  if (!b || !a || b->uncovered || !o) return;
-  Py_INCREF(o);
-  Py_XSETREF(a->obj, o);
-  a->step = j;
-}
-/* The first step to run: after the anchor when resuming (b NULL), with e[step] set. */
-static inline int trt_r_from(trt_envblock *b, trt_envanchor *a, PyObject **e) {
-  if (b || !a || !a->obj) return 0;
-  Py_INCREF(a->obj);
-  e[a->step] = a->obj;
-  return a->step + 1;
-}
+enum { TRT_EG_ID, TRT_EG_EQ, TRT_EG_TYPE, TRT_EG_SAME, TRT_EG_NOTIN, TRT_EG_CONTAINS,
+       TRT_EG_LEN, TRT_EG_DICTKEYS };
+enum { TRT_EGF_UNCOVERED = 1, /* what the check reads has no tag: live */
+       TRT_EGF_DICT = 2,      /* the check reads the value's contents, an exact dict */
+       TRT_EGF_PRESENT = 4,   /* contains: the key must be present */
+       TRT_EGF_SET = 8 };     /* contains: in a set, not a dict */
+#define TRT_ENV_STEPS 32 /* longest chain a block takes (longer ones stay inline) */
+typedef struct trt_envg_desc {
+  int kind, flags;
+  int nsteps, nsteps_a;     /* all steps; of them, the first chain's (same-object) */
+  const trt_envstep *steps;
+  int32_t c0, c1;           /* constants: id/eq/type/len/dict-keys/contains' value or type */
+  int32_t name;             /* not-in-dict's name index */
+  int64_t n;                /* length */
+} trt_envg_desc;
+
+/* What the tables refer to: the version's constants, names, globals and builtins. */
+typedef struct trt_envctx {
+  PyObject *const *K;
+  PyObject *const *N;
+  PyObject *globals, *builtins;
+} trt_envctx;
 
 static inline int trt_envblock_hit(const trt_envblock *b) {
   if (!TRT_HAVE_DICT_TAGS || !b->valid) return 0;
@@ -430,14 +443,14 @@ static inline int trt_envblock_hit(const trt_envblock *b) {
   return 1;
 }
 
-/* Defined once, in scm_main.c.  trt_envblock_eval evaluates the n guards fns[i] (guard
+/* Defined once, in scm_main.c.  trt_envblock_eval evaluates the n guards d[i] (guard
  * index ix[i] of the version) with recording and commits the block when all pass; on a
  * failure it stores the failed guard's index in *failed and returns 0.  trt_envblock_live
  * evaluates the live ones only.  trt_envblock_free releases the records. */
-int trt_envblock_eval(trt_envblock *b, trt_envg_fn *const *fns, const int *ix, int n,
-                      void *state, int32_t *failed);
-int trt_envblock_live(trt_envblock *b, trt_envg_fn *const *fns, const int *ix, int n,
-                      void *state, int32_t *failed);
+int trt_envblock_eval(trt_envblock *b, const trt_envg_desc *d, const int *ix, int n,
+                      const trt_envctx *ctx, int32_t *failed);
+int trt_envblock_live(trt_envblock *b, const trt_envg_desc *d, const int *ix, int n,
+                      const trt_envctx *ctx, int32_t *failed);
 void trt_envblock_free(trt_envblock *b);
 
 /* Recording loads (new references, NULL on failure with no exception set), each equal in
