@@ -28,7 +28,7 @@ def _aten_version() -> ir.Version:
                        (128,), (1,)),
         ir.EqualsMatch(ir.Local(2, "eps"), 1, 2, "1e-06"),
         ir.IdMatch(ir.Attr(ir.Global("torch"), "rsqrt"), 3, "torch.rsqrt"),
-        # through a function attribute: the unit's own cold evaluation (trt_envg<k>)
+        # through a function attribute: the environment block (a function slot record)
         ir.IdMatch(ir.Attr(ir.Global("helper"), "__code__"), 4, "helper.__code__"),
         ir.Distinct((x, w)),
         ir.ShapeGuard(ir.BinOp("<=", ir.IntConst(2), ir.SymLeaf(ir.TensorSize(x, 0))),

@@ -544,7 +544,7 @@ def test_shadowing_a_builtin_with_a_global_is_a_miss(h):
     torch.testing.assert_close(f(x), x * 2)
 
 
-# ------------------------------------------------ global chains (trt_envg_chain)
+# ------------------------------------------------ global chains (the environment block)
 
 import types as _types  # noqa: E402
 
