@@ -261,3 +261,4 @@ def test_live_guard_resumes_after_its_covered_prefix():
     _check(g, f_holder_items)
     HOLDER.items[1] = -3.0
     _check(g, f_holder_items)
+

@@ -353,16 +353,33 @@ static int eg_run(const trt_envg_desc *d, const trt_envctx *c, trt_envblock *b,
   return pass;
 }
 
+static int eb_eval_plain(const trt_envg_desc *d, const int *ix, int n, const trt_envctx *ctx,
+                         int32_t *failed) {
+  for (int i = 0; i < n; ++i)
+    if (!eg_run(&d[i], ctx, NULL, NULL)) { *failed = ix[i]; return 0; }
+  return 1;
+}
+
+static int eb_eval(trt_envblock *b, const trt_envg_desc *d, const int *ix, int n,
+                   const trt_envctx *ctx, int32_t *failed);
+
 int trt_envblock_eval(trt_envblock *b, const trt_envg_desc *d, const int *ix, int n,
                       const trt_envctx *ctx, int32_t *failed) {
+  /* A guard's read can run Python (a property, __eq__) that calls this function again: the
+   * inner call evaluates without touching the block the outer one is recording. */
+  if (b->busy) return eb_eval_plain(d, ix, n, ctx, failed);
+  b->busy = 1;
+  int r = eb_eval(b, d, ix, n, ctx, failed);
+  b->busy = 0;
+  return r;
+}
+
+static int eb_eval(trt_envblock *b, const trt_envg_desc *d, const int *ix, int n,
+                   const trt_envctx *ctx, int32_t *failed) {
   eb_clear(b);
   b->nguards = n;
   b->nlive = n;
-  if (!TRT_HAVE_DICT_TAGS) {
-    for (int i = 0; i < n; ++i)
-      if (!eg_run(&d[i], ctx, NULL, NULL)) { *failed = ix[i]; return 0; }
-    return 1;
-  }
+  if (!TRT_HAVE_DICT_TAGS) return eb_eval_plain(d, ix, n, ctx, failed);
   if (!b->live) {
     b->live = (unsigned char *)calloc((size_t)(n > 0 ? n : 1), 1);
     b->anchor = (trt_envanchor *)calloc((size_t)(n > 0 ? n : 1), sizeof(trt_envanchor));
@@ -371,9 +388,7 @@ int trt_envblock_eval(trt_envblock *b, const trt_envg_desc *d, const int *ix, in
       free(b->anchor);
       b->live = NULL;
       b->anchor = NULL;
-      for (int i = 0; i < n; ++i)
-        if (!eg_run(&d[i], ctx, NULL, NULL)) { *failed = ix[i]; return 0; }
-      return 1;
+      return eb_eval_plain(d, ix, n, ctx, failed);
     }
     for (int i = 0; i < n; ++i) b->anchor[i].step = -1;
   }

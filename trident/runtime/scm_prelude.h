@@ -362,6 +362,7 @@ typedef struct trt_envblock {
   int failed;
   int n, cap;          /* records */
   int uncovered;       /* the guard being recorded read something no record covers */
+  int busy;            /* being recorded (a re-entrant call evaluates without recording) */
   int nguards;         /* guards in the block */
   int nlive;           /* of them, evaluated on every call (-1: the last evaluation failed) */
   trt_envrec *rec;     /* malloc'd */
