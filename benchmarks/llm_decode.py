@@ -22,6 +22,11 @@ Modes (run in this order; `--budget-s` stops the run between requests and skips 
   compile      torch.compile(wrapper) registered instead (default mode)
   compile_cpp  torch.compile(wrapper, options={"cpp_wrapper": True}) registered instead
 
+Regions (`--regions norm,mlp`; default none): the filtered modes also compile the forward of the
+model's own RMSNorm / MLP classes (trident.jit / torch.compile of the class's forward, installed
+on the class), under the same warm-up filter as the operators: the model's host code around the
+Triton operators, not only their wrappers.
+
 Operator filtering (trident and both compile modes): during the warm-up requests every call of
 a registered op runs both the mode's wrapper and the plain eager wrapper (alternating which goes
 first) and times each on the host; an op whose mode wrapper has a higher median than the eager
@@ -523,6 +528,25 @@ class ModeRun:
     seconds: float = 0.0
 
 
+def region_classes(model, kinds) -> dict:
+    """The model's module classes whose forward a filtered mode compiles too (`--regions`):
+    `norm` the RMSNorm classes, `mlp` the MLP classes (pure functions of their input: the
+    warm-up filter may run them twice).  Key: "<Class>.forward"."""
+    out = {}
+    for m in model.modules():
+        n = type(m).__name__
+        if ("norm" in kinds and n.endswith("RMSNorm")) or ("mlp" in kinds and n.endswith("MLP")):
+            out[f"{n}.forward"] = type(m)
+    return out
+
+
+def _as_method(f):
+    """A function (so a descriptor: bound to the module) calling f(self, ...)."""
+    def forward(self, *args, **kwargs):
+        return f(self, *args, **kwargs)
+    return forward
+
+
 def run_mode(mode, name, model, prov: Provider, a, prompts, deadline) -> ModeRun:
     run = ModeRun(mode, name)
     reg = Registry(prov.dispatch_key)
@@ -530,6 +554,7 @@ def run_mode(mode, name, model, prov: Provider, a, prompts, deadline) -> ModeRun
     vocab = model.config.vocab_size
     t_start = time.perf_counter()
     wrappers = {}
+    regions: dict = {}  # "<Class>.forward" -> (class, its own forward)
 
     def request(set_name, i):
         if STOP:  # a signal whose exception something swallowed (e.g. a weakref callback)
@@ -549,6 +574,13 @@ def run_mode(mode, name, model, prov: Provider, a, prompts, deadline) -> ModeRun
                 wrappers[op] = make_wrapper(mode, fn, a.dynamic, a.max_versions)
                 run.timings[op] = OpTiming()
                 reg.set(op, timing_shim(wrappers[op], fn, run.timings[op]))
+        if mode in FILTERED:
+            for key, cls in region_classes(model, a.regions).items():
+                orig = cls.__dict__["forward"]
+                regions[key] = (cls, orig)
+                wrappers[key] = make_wrapper(mode, orig, a.dynamic, a.max_versions)
+                run.timings[key] = OpTiming()
+                cls.forward = timing_shim(_as_method(wrappers[key]), orig, run.timings[key])
         # Warm-up: prompts of every set in turn. The filter's samples come from the second half
         # (captures and compiles happen in the first), or from all when there is one request.
         order = [
@@ -569,6 +601,12 @@ def run_mode(mode, name, model, prov: Provider, a, prompts, deadline) -> ModeRun
             reg.set(op, wrappers[op] if keep else fn)
             if mode == "trident":
                 run.trident[op] = trident_status(wrappers[op])
+        for key, (cls, orig) in regions.items():
+            keep = not run.timings[key].verdict().startswith("dropped")
+            run.kept[key] = mode if keep else "eager"
+            cls.forward = _as_method(wrappers[key]) if keep else orig
+            if mode == "trident":
+                run.trident[key] = trident_status(wrappers[key])
         if mode.startswith("compile"):
             run.dynamo = dynamo_summary()
         report_warmup(run)
@@ -604,6 +642,8 @@ def run_mode(mode, name, model, prov: Provider, a, prompts, deadline) -> ModeRun
                     run.trident[op] = f"stats failed: {type(e2).__name__}: {e2}"
     finally:
         reg.clear()
+        for cls, orig in regions.values():
+            cls.forward = orig
         if mode.startswith("compile"):
             torch._dynamo.reset()
     run.seconds = time.perf_counter() - t_start
@@ -783,6 +823,10 @@ def write_report(runs, prov, a, path_md, layers_of, elapsed) -> None:
           if os.environ.get("BENCH_WARM_CACHES") else []),
         f"- provider: {prov.name} ({origins}), dispatch key {prov.dispatch_key}"
         + (f" ; --mm {a.mm}" if prov.name == "flaggems" else ""),
+        "- compiled regions (trident and both compile modes, same warm-up filter as the "
+        "operators): " + (", ".join(a.regions) + " (the forward of the model's "
+                          + "/".join({"norm": "RMSNorm", "mlp": "MLP"}[r] for r in a.regions)
+                          + " classes)" if a.regions else "none (the operators only)"),
         "- recompile limits: "
         + (f"Trident max_versions and Dynamo recompile_limit {a.max_versions}"
            if a.max_versions else "each tool's default (Trident 16 versions, Dynamo's "
@@ -1022,10 +1066,18 @@ def main() -> int:
         help="after the measured requests, one more request per mode with the registered "
         "operators timed (host time inside them per token)",
     )
+    ap.add_argument(
+        "--regions",
+        default="",
+        help="comma list of norm, mlp: the filtered modes (trident, compile, compile_cpp) also "
+        "compile the forward of the model's RMSNorm / MLP classes, under the same warm-up "
+        "filter as the operators (default: none, the operators only)",
+    )
     ap.add_argument("--tag", default=None)
     ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
     a = ap.parse_args()
     a.dynamic = {"auto": None, "true": True, "false": False}[a.dynamic]
+    a.regions = [r.strip() for r in a.regions.split(",") if r.strip()]
     a.layers = a.layers or (2 if a.tiny else 4)
     a.prompts = [s for s in a.prompts.split(",") if s]
     modes = [m for m in MODES if m in a.modes.split(",")]

@@ -617,14 +617,27 @@ def test_weakref_alive_is_refused(h, record_warnings, guard_log):
 # ---------------------------------------------------------------- modules
 
 
-def test_empty_nn_module_hooks_dict_is_refused(h, record_warnings, guard_log):
+def test_empty_nn_module_hooks_dict_is_native(h, guard_log):
     def fn(m, x):
         return m(x) * 2
 
     lin = torch.nn.Linear(3, 2)
-    calls = [(lin, h.rand(4, 3)) for _ in range(3)]
-    _check_refused(h, record_warnings, guard_log, fn, "EMPTY_NN_MODULE_HOOKS_DICT", calls,
-                   reason="guard kind EMPTY_NN_MODULE_HOOKS_DICT")
+    f = trident.jit(fn, strict=True)
+    for _ in range(3):
+        h.check(f, fn, lin, h.rand(4, 3))
+    assert "EMPTY_NN_MODULE_HOOKS_DICT" in guard_log.translated_kinds()
+    _assert_compiled(f, 1)
+    # A hook added later changes the result: the length guard on its dict sees it (a miss,
+    # then a version that runs the hook, or eager), never the stale version.
+    handle = lin.register_forward_hook(lambda mod, inp, out: out + 100.0)
+    try:
+        for _ in range(2):
+            x = h.rand(4, 3)
+            torch.testing.assert_close(f(lin, x), fn(lin, x))
+    finally:
+        handle.remove()
+    x = h.rand(4, 3)
+    torch.testing.assert_close(f(lin, x), fn(lin, x))
 
 
 def test_nn_module_is_refused(h, record_warnings, guard_log):

@@ -22,7 +22,10 @@ GLOBAL_STATE_KINDS = ("GLOBAL_STATE", "GRAD_MODE", "DETERMINISTIC_ALGORITHMS",
 IDENTITY_KINDS = ("ID_MATCH", "MODULE_MATCH", "BUILTIN_MATCH", "FUNCTION_MATCH",
                   "CLASS_MATCH")
 EQUALS_KINDS = ("CONSTANT_MATCH", "EQUALS_MATCH")
-LENGTH_KINDS = ("SEQUENCE_LENGTH", "LIST_LENGTH", "DICT_LENGTH")
+# EMPTY_NN_MODULE_HOOKS_DICT is Dynamo's SEQUENCE_LENGTH on a module's hooks dict (skipped by
+# Dynamo itself under its default skip_nnmodule_hook_guards; Trident keeps it: a hook added
+# later is a miss, never ignored).
+LENGTH_KINDS = ("SEQUENCE_LENGTH", "LIST_LENGTH", "DICT_LENGTH", "EMPTY_NN_MODULE_HOOKS_DICT")
 _EQ_TYPES = (int, float, bool, str, bytes, type(None), torch.dtype, torch.device,
              torch.memory_format, torch.layout)
 

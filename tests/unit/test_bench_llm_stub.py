@@ -1,0 +1,33 @@
+"""benchmarks/llm_decode.py end to end on CPU with its stub provider and tiny Qwen3 dimensions:
+Trident compiles the operator wrappers and, with --regions, the model's own RMSNorm and MLP
+forwards; its generated tokens must equal eager's (the harness compares them)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_llm_decode_stub_with_regions(tmp_path):
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "llm_decode.py"), "--provider", "stub",
+           "--tiny", "--models", "qwen3", "--modes", "eager,trident", "--regions", "norm,mlp",
+           "--new-tokens", "6", "--warmup", "2", "--requests", "1", "--max-versions", "64",
+           "--tag", "t", "--out-dir", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    md = next(tmp_path.glob("llm_decode_*_t.md")).read_text()
+    lat = [ln for ln in md.splitlines() if ln.startswith("| qwen3 | ") and " | trident | " in ln
+           and ("same" in ln or "MISMATCH" in ln)]
+    assert len(lat) == 3, md  # one row per prompt set
+    assert all("same" in ln for ln in lat), lat
+    assert "trident qwen3 Qwen3RMSNorm.forward: compiled" in out, out[-4000:]
+    assert "trident qwen3 Qwen3MLP.forward: compiled" in out, out[-4000:]
+    assert "FELL BACK" not in out
