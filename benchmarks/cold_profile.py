@@ -70,11 +70,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    if a.provider == "flaggems":
-        import flag_gems  # noqa: F401
-        resolve = fo.flaggems_impl
-    else:
-        resolve = fo.stub_impl
+    resolve = fo.resolver(a.provider)
     sink = open(a.out, "w") if a.out else io.StringIO()  # noqa: SIM115
     torch._dynamo.config.cache_size_limit = 64
     modes = [m.strip() for m in a.modes.split(",") if m.strip()]

@@ -428,6 +428,15 @@ def stub_impl(op: Op):
     return STUBS[op.name]
 
 
+def resolver(provider: str):
+    """The function giving each operator's implementation for `provider` (flaggems | stub);
+    flaggems imports FlagGems (only imported: no ATen operator is replaced)."""
+    if provider == "flaggems":
+        import flag_gems  # noqa: F401
+        return flaggems_impl
+    return stub_impl
+
+
 def make_f(impl, name: str):
     """The benchmarked function: the operator's function is its whole body."""
     def f(*args):
@@ -1253,11 +1262,7 @@ def main(argv=None) -> int:
         # kernel's time swing by 100x from call to call.
         torch.set_num_threads(a.threads)
         dev_name = f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
-    if a.provider == "flaggems":
-        import flag_gems  # noqa: F401 - only imported: no ATen operator is replaced
-        resolve = flaggems_impl
-    else:
-        resolve = stub_impl
+    resolve = resolver(a.provider)
     impls = {}
     for o in a.ops:
         try:

@@ -7,7 +7,7 @@
 The operators and inputs are flaggems_ops.py's.  Per operator: eager runs every shape once
 (FlagGems compiles its kernels), then Trident captures every shape, then per shape the warm
 host latency (median of --calls calls after 20 warm-up calls) of PyTorch's operator and of
-Trident, and Trident's TRIDENT_PROFILE counters (mean us per hit in the matching version's
+Trident, and Trident's TRIDENT_PROFILE counters over those calls (mean us per hit in the matching version's
 guards and program, us per call in the guards of versions that missed before it).  What is
 left of the call (binding the arguments, the global-state snapshot, Python's call) is the
 difference.  Each version's guard kinds are counted; with --out-dir, `trident.explain` and
@@ -59,11 +59,7 @@ def main(argv=None) -> int:
         print("note: TRIDENT_PROFILE is not 1: no guard/program split", flush=True)
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    if a.provider == "flaggems":
-        import flag_gems  # noqa: F401
-        resolve = fo.flaggems_impl
-    else:
-        resolve = fo.stub_impl
+    resolve = fo.resolver(a.provider)
     out = Path(a.out_dir) if a.out_dir else None
     if out:
         out.mkdir(parents=True, exist_ok=True)
@@ -109,9 +105,18 @@ def main(argv=None) -> int:
                 prof = st["profile"]
                 g_us = p_us = m_us = None
                 if prof[hv] is not None:
-                    # means since the last build; the warm calls of this shape dominate them
-                    g_us, p_us = prof[hv]["guards_us"], prof[hv]["program_us"]
-                    m_us = sum((p["miss_us"] or 0) for p in prof[:hv] if p)
+                    # over this shape's calls only: the counters' sums after minus before
+                    def delta(i, key, n_key):
+                        a, b = prof[i], prof0[i]
+                        n1 = a[n_key] if a else 0
+                        n0 = b[n_key] if b else 0
+                        s1 = (a[key] or 0) * n1 if a else 0.0
+                        s0 = (b[key] or 0) * n0 if b else 0.0
+                        return (s1 - s0) / (n1 - n0) if n1 > n0 else 0.0
+
+                    g_us = delta(hv, "guards_us", "hits")
+                    p_us = delta(hv, "program_us", "hits")
+                    m_us = sum(delta(i, "miss_us", "misses") for i in range(hv))
                 fmt = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
                 rest = (t_tr - g_us - p_us - m_us) if g_us is not None else None
                 e = st["env_guards"][hv]
@@ -119,7 +124,6 @@ def main(argv=None) -> int:
                 print(f"| {name} | {fo.shape_label(op, s)} | {t_ref:.2f} | {t_tr:.2f} | {hv} | "
                       f"{fmt(g_us)} | {fmt(p_us)} | {fmt(m_us)} | {fmt(rest)} | {env} | "
                       f"{'; '.join(kinds) if si == 0 else ''} |", flush=True)
-                del prof0
             if out:
                 (out / f"{name}_explain.txt").write_text(trident.explain(tf))
     return 0
