@@ -22,8 +22,8 @@ Modes (run in this order; `--budget-s` stops the run between requests and skips 
   compile      torch.compile(wrapper) registered instead (default mode)
   compile_cpp  torch.compile(wrapper, options={"cpp_wrapper": True}) registered instead
 
-Regions (`--regions norm,mlp`; default none): the filtered modes also compile the forward of the
-model's own RMSNorm / MLP classes (trident.jit / torch.compile of the class's forward, installed
+Regions (`--regions norm,mlp`; default none): the filtered modes also compile the forward of
+the model's own RMSNorm / MLP classes (trident.jit / torch.compile of the class's forward, installed
 on the class), under the same warm-up filter as the operators: the model's host code around the
 Triton operators, not only their wrappers.
 
@@ -528,14 +528,21 @@ class ModeRun:
     seconds: float = 0.0
 
 
+# --regions names -> the suffix of the model's class names whose forward is compiled
+# (the rotary embedding is not one: under Trident, Qwen3's decorated forward falls back, "guard
+# on unknown local 'fn'", a closure variable of a decorator Dynamo inlines)
+REGIONS = {"norm": "RMSNorm", "mlp": "MLP"}
+
+
 def region_classes(model, kinds) -> dict:
     """The model's module classes whose forward a filtered mode compiles too (`--regions`):
     `norm` the RMSNorm classes, `mlp` the MLP classes (pure functions of their input: the
-    warm-up filter may run them twice).  Key: "<Class>.forward"."""
+    warm-up filter may run them twice).  Key:
+    "<Class>.forward"."""
     out = {}
     for m in model.modules():
         n = type(m).__name__
-        if ("norm" in kinds and n.endswith("RMSNorm")) or ("mlp" in kinds and n.endswith("MLP")):
+        if any(n.endswith(REGIONS[k]) for k in kinds):
             out[f"{n}.forward"] = type(m)
     return out
 
@@ -825,7 +832,7 @@ def write_report(runs, prov, a, path_md, layers_of, elapsed) -> None:
         + (f" ; --mm {a.mm}" if prov.name == "flaggems" else ""),
         "- compiled regions (trident and both compile modes, same warm-up filter as the "
         "operators): " + (", ".join(a.regions) + " (the forward of the model's "
-                          + "/".join({"norm": "RMSNorm", "mlp": "MLP"}[r] for r in a.regions)
+                          + "/".join(REGIONS[r] for r in a.regions)
                           + " classes)" if a.regions else "none (the operators only)"),
         "- recompile limits: "
         + (f"Trident max_versions and Dynamo recompile_limit {a.max_versions}"
@@ -1078,6 +1085,9 @@ def main() -> int:
     a = ap.parse_args()
     a.dynamic = {"auto": None, "true": True, "false": False}[a.dynamic]
     a.regions = [r.strip() for r in a.regions.split(",") if r.strip()]
+    if set(a.regions) - set(REGIONS):
+        ap.error(f"--regions: unknown {sorted(set(a.regions) - set(REGIONS))}; "
+                 f"choose from {', '.join(REGIONS)}")
     a.layers = a.layers or (2 if a.tiny else 4)
     a.prompts = [s for s in a.prompts.split(",") if s]
     modes = [m for m in MODES if m in a.modes.split(",")]
