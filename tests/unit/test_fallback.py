@@ -215,3 +215,23 @@ def test_a_failing_c_compiler_falls_back_with_the_call_result(h, monkeypatch):
     g = trident.jit(h.fresh(fn), strict=True)
     with pytest.raises(trident.BuildError):
         g(x)
+
+
+@torch.no_grad()
+def _no_grad_decorated(x):
+    return x * 2 + 1
+
+
+def test_no_grad_decorated_function_falls_back_like_eager(record_warnings):
+    # torch.compile traces a function defined in a file Dynamo skips (torch.no_grad's
+    # decorate_context) through its own wrapper frame; Trident does not map that frame's
+    # locals, so it runs eagerly.  Mapping them (tried) compiled a program without the
+    # decorator's no_grad: hits returned requires_grad=True where eager gives False.
+    f = trident.jit(_no_grad_decorated)
+    with record_warnings() as rec:
+        for _ in range(3):
+            x = torch.randn(4, requires_grad=True)
+            out, ref = f(x), _no_grad_decorated(x)
+            torch.testing.assert_close(out, ref)
+            assert out.requires_grad is ref.requires_grad is False
+    assert sum("runs eagerly" in str(w.message) for w in rec) == 1
