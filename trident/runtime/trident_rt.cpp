@@ -41,6 +41,7 @@
 
 #include <memory>
 #include <string>
+#include <deque>
 #include <vector>
 
 #include "trident_rt.h"
@@ -417,7 +418,26 @@ c10::IValue build_list(const ArgEnc& e, trt_frame* f) {
   return c10::IValue();
 }
 
-thread_local std::vector<c10::IValue> call_stack;
+// One boxed-call stack per nesting level, reused across calls.  A boxed kernel can
+// re-enter Trident (a Python kernel registered with torch.library that is itself a
+// trident.jit function, called from another SCM's program), so a level's stack must
+// stay untouched until its call returns; a deque keeps references to the outer
+// levels' stacks valid when an inner level adds one.
+thread_local std::deque<std::vector<c10::IValue>> call_stacks;
+thread_local size_t call_depth = 0;
+
+struct CallLevel {
+  std::vector<c10::IValue>& stack;
+  CallLevel() : stack(level()) { ++call_depth; }
+  ~CallLevel() {
+    stack.clear();
+    --call_depth;
+  }
+  static std::vector<c10::IValue>& level() {
+    while (call_stacks.size() <= call_depth) call_stacks.emplace_back();
+    return call_stacks[call_depth];
+  }
+};
 
 // ---- typed fast paths for hot operators (skip boxing; see benchmarks/) ----
 
@@ -645,7 +665,8 @@ FastFn find_fast(const c10::FunctionSchema& schema) {
 int op_call(trt_op* op, trt_frame* f) {
   HANDLE_TH_ERRORS
   if (op->fast && op->fast(op, f)) return TRT_OK;
-  std::vector<c10::IValue>& stack = call_stack;
+  CallLevel level;
+  std::vector<c10::IValue>& stack = level.stack;
   stack.clear();
   for (const ArgEnc& e : op->args) {
     if (e.kind == TRT_ARG_SLOT) {
@@ -663,7 +684,6 @@ int op_call(trt_op* op, trt_frame* f) {
   op->handle.callBoxed(&stack);
   const size_t n = op->outs.size();
   for (size_t i = 0; i < n && i < stack.size(); ++i) f->slots[op->outs[i]] = std::move(stack[i]);
-  stack.clear();
   return TRT_OK;
   END_HANDLE_TH_ERRORS_RET(TRT_FAIL)
 }
