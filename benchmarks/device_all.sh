@@ -17,7 +17,7 @@
 # BENCH_DATE, LIMIT, TAIL, STEPS (space-separated step names to run, from both parts, e.g.
 # STEPS="gpu_tests flaggems_probe flaggems_ops" PART=AB; default: all of the part's), and per
 # step the arguments: PYTEST_ARGS, FG_OPS_ARGS, LLM_ARGS, CP_ARGS (each replaces the defaults
-# below), FG_OPS_S, LLM_S and CP_S (their timeouts), LLM_MM (generic | hopper; default generic).
+# below), FG_OPS_S, LLM_S and CP_S (their timeouts), LLM2_ARGS / LLM2_S (a second llm_decode run), LLM_MM (generic | hopper; default generic).
 # Step cold_profile (part A) runs benchmarks/cold_profile.py into $OUT/cold_profile.txt; step
 # host_profile (part A; HP_ARGS, HP_S) benchmarks/host_profile.py into $OUT/host_profile.tgz.
 #
@@ -116,6 +116,12 @@ B|AB)
   step llm_decode ${LLM_S:-250} python3 benchmarks/llm_decode.py ${LLM_ARGS:---models qwen3 --layers 2 \
     --new-tokens 32 --warmup 4 --requests 1 --mm ${LLM_MM:-generic} --max-versions 64 \
     --budget-s 215 --tag h200} --out-dir "$OUT"
+  # A second llm_decode run in the same call, only when LLM2_ARGS is set (e.g. another model,
+  # or a short eager warm-up that fills the caches CACHES_OUT then returns).
+  if [[ -n "${LLM2_ARGS:-}" ]]; then
+    # shellcheck disable=SC2086
+    step llm_decode2 ${LLM2_S:-250} python3 benchmarks/llm_decode.py $LLM2_ARGS --out-dir "$OUT"
+  fi
   ;;
 A) ;;
 *)

@@ -22,10 +22,11 @@ Modes (run in this order; `--budget-s` stops the run between requests and skips 
   compile      torch.compile(wrapper) registered instead (default mode)
   compile_cpp  torch.compile(wrapper, options={"cpp_wrapper": True}) registered instead
 
-Regions (`--regions norm,mlp`; default none): the filtered modes also compile the forward of
-the model's own RMSNorm / MLP classes (trident.jit / torch.compile of the class's forward, installed
-on the class), under the same warm-up filter as the operators: the model's host code around the
-Triton operators, not only their wrappers.
+Regions (`--regions norm,mlp,rope,attn`; default none): the filtered modes also compile pieces
+of the model's own host code around the Triton operators, under the same warm-up filter as the
+operators: `norm` / `mlp` the forward of the model's RMSNorm / MLP classes (installed on the
+class), `rope` / `attn` its modeling module's rotary-embedding and eager-attention functions
+(installed as the module's global, which the attention forward looks up on every call).
 
 Operator filtering (trident and both compile modes): during the warm-up requests every call of
 a registered op runs both the mode's wrapper and the plain eager wrapper (alternating which goes
@@ -528,22 +529,52 @@ class ModeRun:
     seconds: float = 0.0
 
 
-# --regions names -> the suffix of the model's class names whose forward is compiled
-# (the rotary embedding is not one: under Trident, Qwen3's decorated forward falls back, "guard
-# on unknown local 'fn'", a closure variable of a decorator Dynamo inlines)
-REGIONS = {"norm": "RMSNorm", "mlp": "MLP"}
+# --regions names.  Classes: the suffix of the model's class names whose forward is compiled (the
+# rotary embedding class is not one: under Trident, Qwen3's decorated forward falls back, "guard
+# on unknown local 'fn'", a closure variable of a decorator Dynamo inlines).  Functions: module
+# level functions of the model's modeling module that its forward looks up at call time, so a
+# patched global is what the model calls (`rope` applies the rotary embedding to q and k, `attn`
+# is the eager attention: repeat_kv, q k^T, mask, softmax, dropout, p v).
+REGIONS = {"norm": "RMSNorm", "mlp": "MLP", "rope": None, "attn": None}
+REGION_TEXT = {"norm": "the forward of the model's RMSNorm classes",
+               "mlp": "the forward of its MLP classes",
+               "rope": "its apply_rotary_pos_emb / apply_rotary_emb function",
+               "attn": "its eager_attention_forward function"}
+REGION_FUNCS = {"rope": ("apply_rotary_pos_emb", "apply_rotary_emb"),
+                "attn": ("eager_attention_forward",)}
+
+
+@dataclass
+class Region:
+    """One compiled region: `owner.attr` is replaced (a class's forward or a module's global)."""
+    owner: object
+    attr: str
+    orig: object
+    method: bool  # a class's forward: installed as a method calling wrapper(self, ...)
+
+    def install(self, fn) -> None:
+        setattr(self.owner, self.attr, _as_method(fn) if self.method and fn is not self.orig
+                else fn)
+
+    def restore(self) -> None:
+        setattr(self.owner, self.attr, self.orig)
 
 
 def region_classes(model, kinds) -> dict:
-    """The model's module classes whose forward a filtered mode compiles too (`--regions`):
-    `norm` the RMSNorm classes, `mlp` the MLP classes (pure functions of their input: the
-    warm-up filter may run them twice).  Key:
-    "<Class>.forward"."""
+    """What a filtered mode compiles besides the operators (`--regions`): `norm` the RMSNorm
+    classes' forward, `mlp` the MLP classes', `rope` / `attn` the modeling module's rotary and
+    eager-attention functions.  All are pure functions of their inputs (the warm-up filter may
+    run them twice).  Key: "<Class>.forward" or "<function>"; value: a Region."""
     out = {}
     for m in model.modules():
         n = type(m).__name__
-        if any(n.endswith(REGIONS[k]) for k in kinds):
-            out[f"{n}.forward"] = type(m)
+        if any(REGIONS[k] and n.endswith(REGIONS[k]) for k in kinds):
+            out[f"{n}.forward"] = Region(type(m), "forward", type(m).__dict__["forward"], True)
+    mod = sys.modules[type(model).__module__]
+    for k in kinds:
+        for fname in REGION_FUNCS.get(k, ()):
+            if callable(getattr(mod, fname, None)):
+                out[fname] = Region(mod, fname, getattr(mod, fname), False)
     return out
 
 
@@ -582,12 +613,12 @@ def run_mode(mode, name, model, prov: Provider, a, prompts, deadline) -> ModeRun
                 run.timings[op] = OpTiming()
                 reg.set(op, timing_shim(wrappers[op], fn, run.timings[op]))
         if mode in FILTERED:
-            for key, cls in region_classes(model, a.regions).items():
-                orig = cls.__dict__["forward"]
-                regions[key] = (cls, orig)
-                wrappers[key] = make_wrapper(mode, orig, a.dynamic, a.max_versions)
+            for key, reg_ in region_classes(model, a.regions).items():
+                regions[key] = reg_
+                wrappers[key] = make_wrapper(mode, reg_.orig, a.dynamic, a.max_versions)
                 run.timings[key] = OpTiming()
-                cls.forward = timing_shim(_as_method(wrappers[key]), orig, run.timings[key])
+                shim = timing_shim(wrappers[key], reg_.orig, run.timings[key])
+                reg_.install(shim)
         # Warm-up: prompts of every set in turn. The filter's samples come from the second half
         # (captures and compiles happen in the first), or from all when there is one request.
         order = [
@@ -608,10 +639,10 @@ def run_mode(mode, name, model, prov: Provider, a, prompts, deadline) -> ModeRun
             reg.set(op, wrappers[op] if keep else fn)
             if mode == "trident":
                 run.trident[op] = trident_status(wrappers[op])
-        for key, (cls, orig) in regions.items():
+        for key, reg_ in regions.items():
             keep = not run.timings[key].verdict().startswith("dropped")
             run.kept[key] = mode if keep else "eager"
-            cls.forward = _as_method(wrappers[key]) if keep else orig
+            reg_.install(wrappers[key] if keep else reg_.orig)
             if mode == "trident":
                 run.trident[key] = trident_status(wrappers[key])
         if mode.startswith("compile"):
@@ -649,8 +680,8 @@ def run_mode(mode, name, model, prov: Provider, a, prompts, deadline) -> ModeRun
                     run.trident[op] = f"stats failed: {type(e2).__name__}: {e2}"
     finally:
         reg.clear()
-        for cls, orig in regions.values():
-            cls.forward = orig
+        for reg_ in regions.values():
+            reg_.restore()
         if mode.startswith("compile"):
             torch._dynamo.reset()
     run.seconds = time.perf_counter() - t_start
@@ -831,9 +862,8 @@ def write_report(runs, prov, a, path_md, layers_of, elapsed) -> None:
         f"- provider: {prov.name} ({origins}), dispatch key {prov.dispatch_key}"
         + (f" ; --mm {a.mm}" if prov.name == "flaggems" else ""),
         "- compiled regions (trident and both compile modes, same warm-up filter as the "
-        "operators): " + (", ".join(a.regions) + " (the forward of the model's "
-                          + "/".join(REGIONS[r] for r in a.regions)
-                          + " classes)" if a.regions else "none (the operators only)"),
+        "operators): " + ("; ".join(f"{r} ({REGION_TEXT[r]})" for r in a.regions)
+                          if a.regions else "none (the operators only)"),
         "- recompile limits: "
         + (f"Trident max_versions and Dynamo recompile_limit {a.max_versions}"
            if a.max_versions else "each tool's default (Trident 16 versions, Dynamo's "
@@ -1076,9 +1106,10 @@ def main() -> int:
     ap.add_argument(
         "--regions",
         default="",
-        help="comma list of norm, mlp: the filtered modes (trident, compile, compile_cpp) also "
-        "compile the forward of the model's RMSNorm / MLP classes, under the same warm-up "
-        "filter as the operators (default: none, the operators only)",
+        help="comma list of norm, mlp, rope, attn: the filtered modes (trident, compile, "
+        "compile_cpp) also compile the forward of the model's RMSNorm / MLP classes, its "
+        "rotary-embedding / eager-attention functions, under the same warm-up filter as the "
+        "operators (default: none, the operators only)",
     )
     ap.add_argument("--tag", default=None)
     ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
