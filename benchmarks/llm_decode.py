@@ -294,10 +294,27 @@ def make_wrapper(mode: str, fn, dynamic, max_versions=None):
     if mode == "trident":
         return trident.jit(fn, dynamic=dynamic, max_versions=max_versions)
     if mode == "compile":
-        return torch.compile(fn, dynamic=dynamic)
+        return _outside_compiles(torch.compile(fn, dynamic=dynamic), fn)
     if mode == "compile_cpp":
-        return torch.compile(fn, dynamic=dynamic, options={"cpp_wrapper": True})
+        return _outside_compiles(
+            torch.compile(fn, dynamic=dynamic, options={"cpp_wrapper": True}), fn)
     raise ValueError(mode)
+
+
+def _outside_compiles(compiled, fn):
+    """torch.compile(fn), except where an enclosing compile runs the op itself: Inductor runs
+    a region's operators on real tensors under no_dispatch() while it compiles the region, and
+    a torch.compile'd kernel entered there fails in Dynamo ("you set no_dispatch() before
+    calling into this function").  There the plain wrapper runs (compile time only)."""
+    excluded = torch._C._dispatch_tls_is_dispatch_key_excluded
+    python_key = torch._C.DispatchKey.Python
+
+    def kernel(*args, **kwargs):
+        if excluded(python_key) or torch.compiler.is_compiling():
+            return fn(*args, **kwargs)
+        return compiled(*args, **kwargs)
+
+    return kernel
 
 
 _compiler_warm = False

@@ -15,6 +15,8 @@ capture: Trident's SCM, not Dynamo, decides which version runs.
 
 from __future__ import annotations
 
+import contextlib
+
 from dataclasses import dataclass, field
 
 import torch
@@ -83,6 +85,61 @@ def _check_side_effects(output_graph) -> None:
         raise UnsupportedError("the function registers tensor hooks")
 
 
+def _symbolic(fakes) -> bool:
+    """Whether any graph input has a symbolic size or stride."""
+    for f in fakes:
+        if isinstance(f, torch.Tensor):
+            if any(isinstance(v, torch.SymInt) for v in (*f.shape, *f.stride())):
+                return True
+        elif isinstance(f, torch.SymInt):
+            return True
+    return False
+
+
+def _python_dispatcher():
+    from torch._dispatch.python import enable_python_dispatcher
+
+    return enable_python_dispatcher()
+
+
+_SIZE_LISTS = {"size": "sym_size", "stride": "sym_stride"}
+
+
+def _rewrite_size_lists(gm) -> None:
+    """`aten::size(t)` / `aten::stride(t)` (a whole list, not a dispatcher operator) read one
+    element at a time: `getitem(size(t), i)` becomes `sym_size.int(t, i)`.  A list used any
+    other way is refused (the runtime cannot call it)."""
+    import operator
+
+    if gm is None:
+        return
+    g = gm.graph
+    changed = False
+    for node in list(g.nodes):
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        kind = _SIZE_LISTS.get(node.target._schema.name.partition("::")[2])
+        if kind is None or node.target._schema.overload_name != "" or \
+                not node.target._schema.name.startswith("aten::"):
+            continue
+        one = getattr(torch.ops.aten, kind).int
+        for user in list(node.users):
+            if not (user.op == "call_function" and user.target is operator.getitem
+                    and len(user.args) == 2 and isinstance(user.args[1], int)):
+                raise UnsupportedError(
+                    f"the ATen graph uses the list {node.format_node()} other than by index")
+            with g.inserting_before(user):
+                new = g.call_function(one, (node.args[0], user.args[1]))
+            new.meta.update(user.meta)
+            user.replace_all_uses_with(new)
+            g.erase_node(user)
+        g.erase_node(node)
+        changed = True
+    if changed:
+        g.lint()
+        gm.recompile()
+
+
 def _concrete(xs):
     out = []
     for x in xs:
@@ -141,12 +198,17 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
         try:
             # Identity saved-tensor hooks on top: the user's own hooks must not
             # see the tracing (they run on the real tensors of the capturing run).
-            with torch.autograd.graph.saved_tensors_hooks(_same, _same):
+            # With symbolic sizes, the Python dispatcher is on while tracing (as AOTAutograd
+            # does): composite operators then decompose through their symbolic-aware Python
+            # decompositions (matmul's C++ one calls numel() on CUDA inputs).
+            with torch.autograd.graph.saved_tensors_hooks(_same, _same), \
+                    (_python_dispatcher() if _symbolic(fakes) else contextlib.nullcontext()):
                 if fake_mode is not None:
                     with fake_mode:
                         aten = make_fx(gm, tracing_mode="real")(*fakes)
                 else:
                     aten = make_fx(gm, tracing_mode="real")(*example_inputs)
+            _rewrite_size_lists(aten)
         except Exception as e:  # noqa: BLE001 - reported as the reason
             st["unsupported"] = f"lowering to ATen failed: {type(e).__name__}: {e}"
             aten = None
