@@ -30,8 +30,10 @@ class), `rope` / `attn` its modeling module's rotary-embedding and eager-attenti
 
 Operator filtering (trident and both compile modes): during the warm-up requests every call of
 a registered op runs both the mode's wrapper and the plain eager wrapper (alternating which goes
-first) and times each on the host; an op whose mode wrapper has a higher median than the eager
-wrapper is dropped, i.e. falls back to the eager wrapper for the measured requests.
+first) and times each on the host; an op (or region) whose mode wrapper has a higher median than
+the eager wrapper, or whose outputs were not exactly the eager wrapper's in some warm-up call, is
+dropped, i.e. falls back to the eager wrapper for the measured requests (the tokens of every
+mode must equal eager's: a region that Inductor fuses rounds differently in bf16).
 
 Every mode's generated tokens are compared with the eager mode's. Results (markdown and a PNG
 chart of speedups over eager) go to `benchmarks/results/llm_decode_<date>_<tag>.md/.png`,
@@ -244,12 +246,28 @@ class OpTiming:
     record: bool = False
     cand: list = field(default_factory=list)
     base: list = field(default_factory=list)
+    differs: int = 0  # warm-up calls whose outputs were not exactly the eager wrapper's
 
     def verdict(self) -> str:
+        if self.differs:
+            return f"dropped (outputs differ from the eager wrapper's in {self.differs} call(s))"
         if not self.cand:
             return "kept (not timed)" if self.calls else "kept (not called)"
         c, b = statistics.median(self.cand), statistics.median(self.base)
         return "dropped (slower)" if c > b else "kept"
+
+
+def _same_outputs(a, b) -> bool:
+    """Exactly equal outputs (tensors: dtype, shape and every element; NaN equal to NaN)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+                and a.dtype == b.dtype and a.shape == b.shape
+                and bool(torch.equal(a, b) or (a.is_floating_point()
+                                               and torch.equal(a.isnan(), b.isnan())
+                                               and torch.equal(a.nan_to_num(), b.nan_to_num()))))
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_same_outputs(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
 
 
 def timing_shim(cand, base, rec: OpTiming):
@@ -270,16 +288,18 @@ def timing_shim(cand, base, rec: OpTiming):
             t0 = perf()
             out = cand(*args, **kwargs)
             t1 = perf()
-            base(*args, **kwargs)
+            ref = base(*args, **kwargs)
             t2 = perf()
             c, b = t1 - t0, t2 - t1
         else:
             t0 = perf()
-            base(*args, **kwargs)
+            ref = base(*args, **kwargs)
             t1 = perf()
             out = cand(*args, **kwargs)
             t2 = perf()
             b, c = t1 - t0, t2 - t1
+        if not _same_outputs(out, ref):
+            rec.differs += 1
         if rec.record:
             rec.cand.append(c)
             rec.base.append(b)
