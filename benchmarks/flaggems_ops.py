@@ -1017,9 +1017,11 @@ def report(run: Run, modes: list, meta: dict) -> tuple[str, dict]:
              "also depend on the on-disk caches (Triton, Inductor's FX graph cache, Trident's "
              "SCM builds), which a fresh machine does not have.")
     if os.environ.get("BENCH_WARM_CACHES"):
-        L.append("- caches: this run started from FlagGems' tuned configs and Triton's kernel "
-                 "cache of an earlier run on the same machine (`CACHES_IN`): eager's cold "
-                 "latencies include no autotuning or Triton compilation it had done before")
+        what = os.environ["BENCH_WARM_CACHES"]
+        what = what if what != "1" else "FlagGems' tuned configs and Triton's kernel cache"
+        L.append(f"- caches: this run started from {what} of an earlier run on the same "
+                 "machine (`CACHES_IN`): eager's cold latencies include no autotuning (or "
+                 "Triton compilation, where that cache came too) it had done before")
     if "compile_noguard" in modes:
         L.append("- compile skip-guards: per shape, the cold call, untimed calls under the default "
                  "stance until one compiles no frame, then the timed calls under "

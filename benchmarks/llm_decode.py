@@ -35,6 +35,10 @@ the eager wrapper, or whose outputs were not exactly the eager wrapper's in some
 dropped, i.e. falls back to the eager wrapper for the measured requests (the tokens of every
 mode must equal eager's: a region that Inductor fuses rounds differently in bf16).
 
+Order (`--interleave`, default): every mode's warm-up in turn, then the measured requests in
+rounds (request k of every mode, the modes' order rotating each round), so that the machine's
+drift over the run falls on every mode alike; `--no-interleave` runs each mode to its end.
+
 Every mode's generated tokens are compared with the eager mode's. Results (markdown and a PNG
 chart of speedups over eager) go to `benchmarks/results/llm_decode_<date>_<tag>.md/.png`,
 rewritten after every mode so a run cut short keeps what it measured.
@@ -255,6 +259,11 @@ class OpTiming:
             return "kept (not timed)" if self.calls else "kept (not called)"
         c, b = statistics.median(self.cand), statistics.median(self.base)
         return "dropped (slower)" if c > b else "kept"
+
+
+def _warm_caches() -> str:
+    v = os.environ.get("BENCH_WARM_CACHES", "")
+    return v if v not in ("", "1") else "FlagGems' tuned configs and Triton's kernel cache"
 
 
 def _same_outputs(a, b) -> bool:
@@ -622,107 +631,194 @@ def _as_method(f):
     return forward
 
 
-def run_mode(mode, name, model, prov: Provider, a, prompts, deadline) -> ModeRun:
-    run = ModeRun(mode, name)
-    reg = Registry(prov.dispatch_key)
-    sync = torch.cuda.synchronize if prov.device == "cuda" else (lambda: None)
-    vocab = model.config.vocab_size
-    t_start = time.perf_counter()
-    wrappers = {}
-    regions: dict = {}  # "<Class>.forward" -> (class, its own forward)
+class ModeSession:
+    """One mode on one model, in phases: `warm()` (wrappers, regions, warm-up requests, the
+    filter's decisions), `measure(set, i)` (one measured request with the mode installed),
+    `finish()` (breakdown request, Trident's final status).  Between phases nothing of the
+    mode stays installed, so that the measured requests of several modes can interleave
+    (`--interleave`): the machine's drift then falls on every mode alike.  A phase that raises
+    records the failure (`run.error`) and later phases do nothing."""
 
-    def request(set_name, i):
+    def __init__(self, mode, name, model, prov: Provider, a, deadline):
+        self.mode, self.name, self.model, self.prov, self.a = mode, name, model, prov, a
+        self.deadline = deadline
+        self.run = ModeRun(mode, name)
+        self.reg = Registry(prov.dispatch_key)
+        self.sync = torch.cuda.synchronize if prov.device == "cuda" else (lambda: None)
+        self.wrappers: dict = {}
+        self.regions: dict = {}  # key -> Region
+        self.warm_misses: dict = {}
+        self.done = False  # failed or stopped: no more phases
+
+    def request(self, set_name, i):
         if STOP:  # a signal whose exception something swallowed (e.g. a weakref callback)
             raise Terminated(STOP[0])
-        if time.time() > deadline:
+        if time.time() > self.deadline:
             raise OutOfTime
-        ids = token_ids(PROMPT_SETS[set_name][i], vocab)
-        toks, ttft, itl, total = decode(model, ids, a.new_tokens, prov.device, sync)
+        ids = token_ids(PROMPT_SETS[set_name][i], self.model.config.vocab_size)
+        toks, ttft, itl, total = decode(self.model, ids, self.a.new_tokens, self.prov.device,
+                                        self.sync)
         return Request(set_name, i, len(ids), toks, ttft, itl, total)
 
-    try:
+    def install(self) -> None:
+        """The measured configuration: kept wrappers registered, kept regions installed."""
+        for op, fn in self.prov.ops.items():
+            if self.mode != "torch":
+                self.reg.set(op, self.wrappers[op] if self.run.kept[op] == self.mode else fn)
+        for key, reg_ in self.regions.items():
+            reg_.install(self.wrappers[key] if self.run.kept[key] == self.mode else reg_.orig)
+
+    def uninstall(self) -> None:
+        self.reg.clear()
+        for reg_ in self.regions.values():
+            reg_.restore()
+
+    def _phase(self, fn) -> None:
+        if self.done:
+            return
+        t = time.perf_counter()
+        try:
+            fn()
+        except OutOfTime:
+            self.run.note = "stopped: time budget"
+            self.done = True
+            say(f"!! {self.name}/{self.mode}: time budget exhausted, stopping")
+        except (Exception, Terminated, KeyboardInterrupt) as e:  # noqa: BLE001  (one failing
+            # mode must not lose the others; a signal ends this mode with a report, then the
+            # run stops)
+            self.done = True
+            mode_failed(self.run, e)
+            if self.mode == "trident":  # what each Trident wrapper had done by then
+                for op, w in self.wrappers.items():
+                    try:
+                        self.run.trident[op] = trident_status(w)
+                        say(f"   trident {self.name} {op}: {self.run.trident[op]}")
+                    except Exception as e2:  # noqa: BLE001
+                        self.run.trident[op] = f"stats failed: {type(e2).__name__}: {e2}"
+        finally:
+            self.uninstall()
+            self.run.seconds += time.perf_counter() - t
+
+    def warm(self) -> None:
+        self._phase(self._warm)
+
+    def _warm(self) -> None:
+        mode, a, run = self.mode, self.a, self.run
         if mode != "torch":
             if mode.startswith("compile"):
-                warm_compiler(prov.device)
+                warm_compiler(self.prov.device)
                 torch._dynamo.utils.counters.clear()
-            for op, fn in prov.ops.items():
-                wrappers[op] = make_wrapper(mode, fn, a.dynamic, a.max_versions)
+            for op, fn in self.prov.ops.items():
+                self.wrappers[op] = make_wrapper(mode, fn, a.dynamic, a.max_versions)
                 run.timings[op] = OpTiming()
-                reg.set(op, timing_shim(wrappers[op], fn, run.timings[op]))
+                self.reg.set(op, timing_shim(self.wrappers[op], fn, run.timings[op]))
         if mode in FILTERED:
-            for key, reg_ in region_classes(model, a.regions).items():
-                regions[key] = reg_
-                wrappers[key] = make_wrapper(mode, reg_.orig, a.dynamic, a.max_versions)
+            for key, reg_ in region_classes(self.model, a.regions).items():
+                self.regions[key] = reg_
+                self.wrappers[key] = make_wrapper(mode, reg_.orig, a.dynamic, a.max_versions)
                 run.timings[key] = OpTiming()
-                shim = timing_shim(wrappers[key], reg_.orig, run.timings[key])
-                reg_.install(shim)
+                reg_.install(timing_shim(self.wrappers[key], reg_.orig, run.timings[key]))
         # Warm-up: prompts of every set in turn. The filter's samples come from the second half
         # (captures and compiles happen in the first), or from all when there is one request.
         order = [
             (s, i)
             for i in range(max(map(len, PROMPT_SETS.values())))
-            for s in prompts
+            for s in a.prompts
             if i < len(PROMPT_SETS[s])
         ]
         for r in range(a.warmup):
             for rec in run.timings.values():
                 rec.record = r >= a.warmup // 2
-            request(*order[r % len(order)])
-        for op, fn in prov.ops.items():
+            self.request(*order[r % len(order)])
+        for op in self.prov.ops:
             if mode == "torch":
                 continue
             keep = mode not in FILTERED or not run.timings[op].verdict().startswith("dropped")
             run.kept[op] = mode if keep else "eager"
-            reg.set(op, wrappers[op] if keep else fn)
-            if mode == "trident":
-                run.trident[op] = trident_status(wrappers[op])
-        for key, reg_ in regions.items():
+        for key in self.regions:
             keep = not run.timings[key].verdict().startswith("dropped")
             run.kept[key] = mode if keep else "eager"
-            reg_.install(wrappers[key] if keep else reg_.orig)
-            if mode == "trident":
-                run.trident[key] = trident_status(wrappers[key])
+        if mode == "trident":
+            for op, w in self.wrappers.items():
+                run.trident[op] = trident_status(w)
         if mode.startswith("compile"):
             run.dynamo = dynamo_summary()
         report_warmup(run)
-        warm_misses = {}
         if mode == "trident":
-            for op, w in wrappers.items():
-                warm_misses[op] = trident.stats(w)["misses"]
+            for op, w in self.wrappers.items():
+                self.warm_misses[op] = trident.stats(w)["misses"]
                 run.explain[op] = trident.explain(w)
                 say("   " + run.explain[op].split("\n")[0])
-        for s in prompts:
-            for r in range(a.requests):
-                run.requests.append(request(s, r % len(PROMPT_SETS[s])))
-        if a.breakdown and mode != "torch":
-            run.breakdown_tpot, run.breakdown = breakdown(
-                reg, {op: wrappers[op] if run.kept[op] == mode else fn
-                      for op, fn in prov.ops.items()},
-                lambda: request(prompts[0], 0), a.new_tokens)
-        if mode == "trident":  # again: a miss during the measured requests counts too
-            run.trident = {op: trident_status(w, warm_misses[op]) for op, w in wrappers.items()}
-            run.explain = {op: trident.explain(w) for op, w in wrappers.items()}
-    except OutOfTime:
-        run.note = "stopped: time budget"
-        say(f"!! {name}/{mode}: time budget exhausted, stopping")
-    except (Exception, Terminated, KeyboardInterrupt) as e:  # noqa: BLE001  (one failing mode
-        # must not lose the others; a signal ends this mode with a report, then the run stops)
-        mode_failed(run, e)
-        for op, w in wrappers.items():  # what each Trident wrapper had done by then
-            if mode == "trident":
-                try:
-                    run.trident[op] = trident_status(w)
-                    say(f"   trident {name} {op}: {run.trident[op]}")
-                except Exception as e2:  # noqa: BLE001
-                    run.trident[op] = f"stats failed: {type(e2).__name__}: {e2}"
-    finally:
-        reg.clear()
-        for reg_ in regions.values():
-            reg_.restore()
-        if mode.startswith("compile"):
-            torch._dynamo.reset()
-    run.seconds = time.perf_counter() - t_start
-    return run
+
+    def measure(self, set_name, i) -> None:
+        def one():
+            self.install()
+            self.run.requests.append(self.request(set_name, i))
+
+        self._phase(one)
+
+    def finish(self) -> None:
+        def fin():
+            a, run = self.a, self.run
+            if a.breakdown and self.mode != "torch":
+                self.install()
+                run.breakdown_tpot, run.breakdown = breakdown(
+                    self.reg, {op: self.wrappers[op] if run.kept[op] == self.mode else fn
+                               for op, fn in self.prov.ops.items()},
+                    lambda: self.request(a.prompts[0], 0), a.new_tokens)
+            if self.mode == "trident":  # again: a miss during the measured requests counts too
+                run.trident = {op: trident_status(w, self.warm_misses.get(op))
+                               for op, w in self.wrappers.items()}
+                run.explain = {op: trident.explain(w) for op, w in self.wrappers.items()}
+
+        self._phase(fin)
+        self.done = True
+
+
+def measured_order(a) -> list:
+    """(prompt set, prompt index) of every measured request, set by set."""
+    return [(s, r % len(PROMPT_SETS[s])) for s in a.prompts for r in range(a.requests)]
+
+
+def run_mode(mode, name, model, prov: Provider, a, prompts, deadline) -> ModeRun:
+    """One mode from warm-up to its last measured request (`--no-interleave`)."""
+    sess = ModeSession(mode, name, model, prov, a, deadline)
+    sess.warm()
+    for s, i in measured_order(a):
+        sess.measure(s, i)
+    sess.finish()
+    if mode.startswith("compile"):
+        torch._dynamo.reset()
+    return sess.run
+
+
+def run_interleaved(modes, name, model, prov: Provider, a, deadline) -> list:
+    """Every mode warmed up in turn, then the measured requests in rounds: request k of every
+    mode, the modes' order rotating by one each round; then each mode's breakdown."""
+    sessions = []
+    for mode in modes:
+        if STOP or time.time() > deadline:
+            sessions.append(None)
+            continue
+        say(f"== {name} / {mode} (warm-up)")
+        sess = ModeSession(mode, name, model, prov, a, deadline)
+        sess.warm()
+        sessions.append(sess)
+    live = [x for x in sessions if x is not None]
+    for k, (s, i) in enumerate(measured_order(a)):
+        for j in range(len(live)):
+            live[(j + k) % len(live)].measure(s, i)
+    for sess in live:
+        sess.finish()
+    torch._dynamo.reset()
+    runs = []
+    for mode, sess in zip(modes, sessions):
+        if sess is None:
+            runs.append(ModeRun(mode, name, note=f"skipped: run stopped ({STOP[0]})" if STOP
+                                else "skipped: time budget"))
+        else:
+            runs.append(sess.run)
+    return runs
 
 
 def breakdown(reg: Registry, kernels: dict, one_request, n_tokens: int):
@@ -893,8 +989,8 @@ def write_report(runs, prov, a, path_md, layers_of, elapsed) -> None:
         "",
         f"- date: {datetime.date.today()} ; commit: {commit()} ; machine: {machine(prov)}",
         f"- {versions(prov)}",
-        *(["- caches: FlagGems' tuned configs and Triton's kernel cache came from an earlier "
-           "run on this machine (`CACHES_IN`), so warm-up autotuned less"]
+        *([f"- caches: {_warm_caches()} came from an earlier run on this machine "
+           "(`CACHES_IN`), so warm-up autotuned less"]
           if os.environ.get("BENCH_WARM_CACHES") else []),
         f"- provider: {prov.name} ({origins}), dispatch key {prov.dispatch_key}"
         + (f" ; --mm {a.mm}" if prov.name == "flaggems" else ""),
@@ -915,6 +1011,14 @@ def write_report(runs, prov, a, path_md, layers_of, elapsed) -> None:
         (
             f"- per model and mode: {a.warmup} warm-up requests (all prompt sets in turn), then "
             f"{a.requests} measured request(s) per prompt set; total run {elapsed:.0f}s"
+        ),
+        (
+            "- order: " + ("interleaved: every mode's warm-up in turn, then the measured requests "
+                           "in rounds, request k of every mode with the modes' order rotating "
+                           "each round (drift over the run falls on every mode alike)"
+                           if a.interleave else
+                           "sequential: each mode's warm-up and measured requests, then the next "
+                           "mode (drift over the run shows as differences between modes)")
         ),
         (
             "- latencies: median in ms; e2e = one request, TTFT = prefill + first token, "
@@ -1148,6 +1252,15 @@ def main() -> int:
         "rotary-embedding / eager-attention functions, under the same warm-up filter as the "
         "operators (default: none, the operators only)",
     )
+    ap.add_argument(
+        "--interleave",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="warm every mode up in turn, then run the measured requests in rounds (request k "
+        "of every mode, the order rotating each round), so that the machine's drift over the "
+        "run falls on every mode alike (default); --no-interleave runs each mode to its end "
+        "before the next",
+    )
     ap.add_argument("--tag", default=None)
     ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
     a = ap.parse_args()
@@ -1195,8 +1308,27 @@ def main() -> int:
     models = [m for m in models if m in built]
     layers_of = {name: m.config.num_hidden_layers for name, m in built.items()}
     runs = []
+    def said(run):
+        if run.requests:
+            m = metrics(run.requests)
+            say(
+                f"   {run.model}/{run.mode}: {len(run.requests)} measured request(s): e2e "
+                f"{m['e2e']:.2f} ms, TTFT {m['ttft']:.2f} ms, TPOT {m['tpot']:.3f} ms "
+                f"({run.seconds:.1f}s for the mode)"
+            )
+
     try:
-        for mode in modes:
+        if a.interleave:
+            for name in models:
+                if STOP or time.time() > deadline:
+                    note = f"skipped: run stopped ({STOP[0]})" if STOP else "skipped: time budget"
+                    runs.extend(ModeRun(mode, name, note=note) for mode in modes)
+                    continue
+                for run in run_interleaved(modes, name, built[name], prov, a, deadline):
+                    runs.append(run)
+                    said(run)
+                write_report(runs, prov, a, path_md, layers_of, time.time() - t0)
+        for mode in (modes if not a.interleave else ()):
             for name in models:
                 if STOP:
                     runs.append(ModeRun(mode, name, note=f"skipped: run stopped ({STOP[0]})"))
@@ -1207,13 +1339,7 @@ def main() -> int:
                 say(f"== {name} / {mode}")
                 run = run_mode(mode, name, built[name], prov, a, a.prompts, deadline)
                 runs.append(run)
-                if run.requests:
-                    m = metrics(run.requests)
-                    say(
-                        f"   {len(run.requests)} measured request(s): e2e {m['e2e']:.2f} ms, "
-                        f"TTFT {m['ttft']:.2f} ms, TPOT {m['tpot']:.3f} ms "
-                        f"({run.seconds:.1f}s for the mode)"
-                    )
+                said(run)
             write_report(runs, prov, a, path_md, layers_of, time.time() - t0)
     except (Terminated, KeyboardInterrupt) as e:  # between modes: stop, keep the report
         STOP.append(type(e).__name__)

@@ -31,3 +31,4 @@ def test_llm_decode_stub_with_regions(tmp_path):
     assert "trident qwen3 Qwen3RMSNorm.forward: compiled" in out, out[-4000:]
     assert "trident qwen3 Qwen3MLP.forward: compiled" in out, out[-4000:]
     assert "FELL BACK" not in out
+    assert "- order: interleaved" in md
