@@ -22,10 +22,11 @@
 # host_profile (part A; HP_ARGS, HP_S) benchmarks/host_profile.py into $OUT/host_profile.tgz.
 #
 # Caches: FlagGems' tuned-config database and Triton's kernel cache live under /tmp/devcache.
-# CACHES_IN=path/to/caches.tgz (a file an earlier call wrote, carried in an ignored folder such
-# as .devcache/) starts from them, so that FlagGems does not autotune again what an earlier
-# call of the same session tuned (DeepSeek-V2's eager warm-up autotuned for 350 s); reports
-# then say their cold latencies had warm caches.  CACHES_OUT=1 writes $OUT/caches.tgz.
+# CACHES_IN=path/to/caches.tgz (a file an earlier call wrote, or the caches.tgz.part-* it was
+# split into, carried in an ignored folder such as .devcache/) starts from them, so that
+# FlagGems does not autotune again what an earlier call of the same session tuned (DeepSeek-V2's
+# eager warm-up autotuned for 350 s); reports then say which caches they started from.
+# CACHES_OUT=1 writes $OUT/caches.tgz (or its parts, when large).
 # The step logs and Trident's explain texts come back as one $OUT/logs.tgz (the device tool
 # returns at most 8 files).
 set -uo pipefail
@@ -40,7 +41,10 @@ export PYTHONUNBUFFERED=1 TRIDENT_CACHE_DIR=/tmp/trident-cache
 export FLAGGEMS_CACHE_DIR=/tmp/devcache/flaggems TRITON_CACHE_DIR=/tmp/devcache/triton
 mkdir -p "$FLAGGEMS_CACHE_DIR" "$TRITON_CACHE_DIR"
 if [[ -n "${CACHES_IN:-}" ]]; then
-  if tar xzf "$CACHES_IN" -C /tmp/devcache; then
+  # one file, or the parts CACHES_OUT split it into (CACHES_IN=.devcache/caches.tgz takes
+  # .devcache/caches.tgz.part-aa, -ab, ... when the file itself is absent)
+  if [[ -f "$CACHES_IN" ]]; then CACHES_PARTS=("$CACHES_IN"); else CACHES_PARTS=("$CACHES_IN".part-*); fi
+  if cat "${CACHES_PARTS[@]}" | tar xzf - -C /tmp/devcache; then
     # what the reports say came back: the Triton cache is left out of caches.tgz when too large
     if [[ -n "$(ls -A /tmp/devcache/triton 2>/dev/null)" ]]; then
       export BENCH_WARM_CACHES="FlagGems' tuned configs and Triton's kernel cache"
@@ -135,9 +139,17 @@ A) ;;
   ;;
 esac
 if [[ "${CACHES_OUT:-0}" == 1 ]]; then
+  # The device tool returns at most 8 files of 16 MiB (64 MiB in all), and logs.tgz and the
+  # reports need some: the caches come back whole below 15 MB, in up to 5 parts of 10 MB
+  # below 50 MB, and as FlagGems' tuned configs alone above that.
   tar czf "$OUT/caches.tgz" -C /tmp/devcache flaggems/config_cache triton 2>/dev/null
-  if (( $(stat -c %s "$OUT/caches.tgz") > 15000000 )); then  # the tool returns <= 16 MiB
+  size=$(stat -c %s "$OUT/caches.tgz")
+  if (( size > 50000000 )); then
+    echo "caches: $size bytes with Triton's cache, too large: FlagGems' tuned configs only"
     tar czf "$OUT/caches.tgz" -C /tmp/devcache flaggems/config_cache
+  elif (( size > 15000000 )); then
+    split -b 10000000 "$OUT/caches.tgz" "$OUT/caches.tgz.part-" && rm -f "$OUT/caches.tgz"
+    echo "caches: $size bytes, split into $(ls "$OUT"/caches.tgz.part-* | wc -l) parts"
   fi
 fi
 ( cd "$OUT" && ls ./*.log > /dev/null 2>&1 && tar czf logs.tgz ./*.log ./*_trident.txt 2>/dev/null \
