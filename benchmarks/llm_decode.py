@@ -279,10 +279,88 @@ def _same_outputs(a, b) -> bool:
     return type(a) is type(b) and a == b
 
 
-def timing_shim(cand, base, rec: OpTiming):
-    """The kernel registered during warm-up: counts calls and, for a filtered mode, runs the
-    mode's wrapper and the eager wrapper on the same arguments, alternating their order."""
+_IN_BASE = [0]  # > 0 while a warm-up shim runs the eager wrapper of a region
+
+
+def _base_call(base, args, kwargs):
+    _IN_BASE[0] += 1
+    try:
+        return base(*args, **kwargs)
+    finally:
+        _IN_BASE[0] -= 1
+
+
+def _cache_objects(args, kwargs) -> list:
+    """The KV cache among a call's arguments and its layer objects (what a decoder layer's
+    forward mutates), or []."""
+    for v in (*args, *kwargs.values()):
+        layers = getattr(v, "layers", None)
+        if type(v).__name__.endswith("Cache") and isinstance(layers, list):
+            return [v, *layers]
+    return []
+
+
+def _snapshot(objs) -> list:
+    return [dict(o.__dict__) for o in objs]
+
+
+def _restore(objs, snap) -> None:
+    for o, d in zip(objs, snap):
+        o.__dict__.clear()
+        o.__dict__.update(d)
+
+
+def _same_state(a, b) -> bool:
+    return all(x.keys() == y.keys() and all(_same_outputs(x[k], y[k]) for k in x)
+               for x, y in zip(a, b))
+
+
+def _stateful_shim(cand, base, rec: OpTiming):
+    """timing_shim for a region that updates the KV cache (a decoder layer): each wrapper runs
+    from the same cache state (saved before the first, restored before the second); the
+    outputs and the cache states they leave are compared; the mode's state is kept."""
     perf = time.perf_counter
+
+    def shim(*args, **kwargs):
+        rec.calls += 1
+        objs = _cache_objects(args, kwargs)
+        before = _snapshot(objs)
+        cand_first = bool(rec.calls % 2)
+        def eager(*a, **k):
+            return _base_call(base, a, k)
+
+        first, second = (cand, eager) if cand_first else (eager, cand)
+        t0 = perf()
+        out1 = first(*args, **kwargs)
+        t1 = perf()
+        after1 = _snapshot(objs)
+        _restore(objs, before)
+        t2 = perf()
+        out2 = second(*args, **kwargs)
+        t3 = perf()
+        after2 = _snapshot(objs)
+        if cand_first:
+            out, st, c, ref, ref_st, b = out1, after1, t1 - t0, out2, after2, t3 - t2
+        else:
+            out, st, c, ref, ref_st, b = out2, after2, t3 - t2, out1, after1, t1 - t0
+        if not (_same_outputs(out, ref) and _same_state(st, ref_st)):
+            rec.differs += 1
+        _restore(objs, st)
+        if rec.record:
+            rec.cand.append(c)
+            rec.base.append(b)
+        return out
+
+    return shim
+
+
+def timing_shim(cand, base, rec: OpTiming, stateful: bool = False):
+    """The kernel registered during warm-up: counts calls and, for a filtered mode, runs the
+    mode's wrapper and the eager wrapper on the same arguments, alternating their order
+    (`stateful`: a region that updates the KV cache, see _stateful_shim)."""
+    perf = time.perf_counter
+    if stateful and cand is not base:
+        return _stateful_shim(cand, base, rec)
     if cand is base:
 
         def count(*args, **kwargs):
@@ -297,12 +375,12 @@ def timing_shim(cand, base, rec: OpTiming):
             t0 = perf()
             out = cand(*args, **kwargs)
             t1 = perf()
-            ref = base(*args, **kwargs)
+            ref = _base_call(base, args, kwargs)
             t2 = perf()
             c, b = t1 - t0, t2 - t1
         else:
             t0 = perf()
-            ref = base(*args, **kwargs)
+            ref = _base_call(base, args, kwargs)
             t1 = perf()
             out = cand(*args, **kwargs)
             t2 = perf()
@@ -581,11 +659,16 @@ class ModeRun:
 # level functions of the model's modeling module that its forward looks up at call time, so a
 # patched global is what the model calls (`rope` applies the rotary embedding to q and k, `attn`
 # is the eager attention: repeat_kv, q k^T, mask, softmax, dropout, p v).
-REGIONS = {"norm": "RMSNorm", "mlp": "MLP", "rope": None, "attn": None}
+REGIONS = {"norm": "RMSNorm", "mlp": "MLP", "rope": None, "attn": None,
+           "selfattn": "Attention", "layer": "DecoderLayer"}
+# regions that update the KV cache: the warm-up filter saves and restores it around each run
+STATEFUL = ("Attention.forward", "DecoderLayer.forward")
 REGION_TEXT = {"norm": "the forward of the model's RMSNorm classes",
                "mlp": "the forward of its MLP classes",
                "rope": "its apply_rotary_pos_emb / apply_rotary_emb function",
-               "attn": "its eager_attention_forward function"}
+               "attn": "its eager_attention_forward function",
+               "selfattn": "the forward of its attention classes, KV-cache update included",
+               "layer": "the forward of its decoder-layer classes, KV-cache update included"}
 REGION_FUNCS = {"rope": ("apply_rotary_pos_emb", "apply_rotary_emb"),
                 "attn": ("eager_attention_forward",)}
 
@@ -599,8 +682,21 @@ class Region:
     method: bool  # a class's forward: installed as a method calling wrapper(self, ...)
 
     def install(self, fn) -> None:
-        setattr(self.owner, self.attr, _as_method(fn) if self.method and fn is not self.orig
-                else fn)
+        if fn is self.orig:
+            setattr(self.owner, self.attr, fn)
+            return
+        orig = self.orig
+
+        def region(*args, **kwargs):
+            # Inside another region's capture (Dynamo traces the enclosing forward): the
+            # model's own code, so that regions nest (a decoder layer holds norms and an MLP).
+            # Inside a warm-up shim's eager run of an enclosing region too: that run is the
+            # model's own code, with no nested shim adding its own second run to the timing.
+            if torch.compiler.is_compiling() or _IN_BASE[0]:
+                return orig(*args, **kwargs)
+            return fn(*args, **kwargs)
+
+        setattr(self.owner, self.attr, _as_method(region) if self.method else region)
 
     def restore(self) -> None:
         setattr(self.owner, self.attr, self.orig)
@@ -609,8 +705,11 @@ class Region:
 def region_classes(model, kinds) -> dict:
     """What a filtered mode compiles besides the operators (`--regions`): `norm` the RMSNorm
     classes' forward, `mlp` the MLP classes', `rope` / `attn` the modeling module's rotary and
-    eager-attention functions.  All are pure functions of their inputs (the warm-up filter may
-    run them twice).  Key: "<Class>.forward" or "<function>"; value: a Region."""
+    eager-attention functions, `selfattn` / `layer` the attention / decoder-layer classes'
+    forward.  Regions nest (an installed region runs the model's own code while an enclosing
+    region is being captured).  All but `selfattn` and `layer` are pure functions of their
+    inputs (the warm-up filter runs them twice); those two update the KV cache, which the
+    filter saves and restores around each of its two runs.  Key: "<Class>.forward" or "<function>"; value: a Region."""
     out = {}
     for m in model.modules():
         n = type(m).__name__
@@ -717,7 +816,8 @@ class ModeSession:
                 self.regions[key] = reg_
                 self.wrappers[key] = make_wrapper(mode, reg_.orig, a.dynamic, a.max_versions)
                 run.timings[key] = OpTiming()
-                reg_.install(timing_shim(self.wrappers[key], reg_.orig, run.timings[key]))
+                reg_.install(timing_shim(self.wrappers[key], reg_.orig, run.timings[key],
+                                         stateful=key.endswith(STATEFUL)))
         # Warm-up: prompts of every set in turn. The filter's samples come from the second half
         # (captures and compiles happen in the first), or from all when there is one request.
         order = [
@@ -1247,10 +1347,11 @@ def main() -> int:
     ap.add_argument(
         "--regions",
         default="",
-        help="comma list of norm, mlp, rope, attn: the filtered modes (trident, compile, "
-        "compile_cpp) also compile the forward of the model's RMSNorm / MLP classes, its "
-        "rotary-embedding / eager-attention functions, under the same warm-up filter as the "
-        "operators (default: none, the operators only)",
+        help="comma list of norm, mlp, rope, attn, selfattn, layer: the filtered modes "
+        "(trident, compile, compile_cpp) also compile the forward of the model's RMSNorm / MLP "
+        "classes, its rotary-embedding / eager-attention functions, the forward of its "
+        "attention / decoder-layer classes (KV-cache update included), under the same warm-up "
+        "filter as the operators (default: none, the operators only)",
     )
     ap.add_argument(
         "--interleave",

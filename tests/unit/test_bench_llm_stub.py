@@ -15,15 +15,20 @@ pytest.importorskip("transformers")
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_llm_decode_stub_with_regions(tmp_path):
+def _run(tmp_path, tag, *extra):
+    """llm_decode.py on the stub provider, tiny Qwen3, eager and trident: (output, report)."""
     cmd = [sys.executable, str(ROOT / "benchmarks" / "llm_decode.py"), "--provider", "stub",
-           "--tiny", "--models", "qwen3", "--modes", "eager,trident", "--regions", "norm,mlp",
-           "--new-tokens", "6", "--warmup", "2", "--requests", "1", "--max-versions", "64",
-           "--tag", "t", "--out-dir", str(tmp_path)]
+           "--tiny", "--models", "qwen3", "--modes", "eager,trident", "--warmup", "2",
+           "--requests", "1", "--max-versions", "64", "--tag", tag, "--out-dir", str(tmp_path),
+           *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
-    md = next(tmp_path.glob("llm_decode_*_t.md")).read_text()
+    return out, next(tmp_path.glob(f"llm_decode_*_{tag}.md")).read_text()
+
+
+def test_llm_decode_stub_with_regions(tmp_path):
+    out, md = _run(tmp_path, "t", "--regions", "norm,mlp", "--new-tokens", "6")
     lat = [ln for ln in md.splitlines() if ln.startswith("| qwen3 | ") and " | trident | " in ln
            and ("same" in ln or "MISMATCH" in ln)]
     assert len(lat) == 3, md  # one row per prompt set
@@ -32,3 +37,15 @@ def test_llm_decode_stub_with_regions(tmp_path):
     assert "trident qwen3 Qwen3MLP.forward: compiled" in out, out[-4000:]
     assert "FELL BACK" not in out
     assert "- order: interleaved" in md
+
+
+def test_llm_decode_stub_decoder_layer_region(tmp_path):
+    """--regions layer: the decoder layer's forward (KV-cache update included) under Trident;
+    tokens equal eager's, the layer compiled (its cache stores replayed, not a fallback)."""
+    out, md = _run(tmp_path, "l", "--regions", "layer", "--prompts", "mmlu,gsm8k",
+                   "--new-tokens", "5")
+    lat = [ln for ln in md.splitlines() if ln.startswith("| qwen3 | ") and " | trident | " in ln
+           and ("same" in ln or "MISMATCH" in ln)]
+    assert len(lat) == 2 and all("same" in ln for ln in lat), md
+    assert "trident qwen3 Qwen3DecoderLayer.forward: compiled" in out, out[-4000:]
+    assert "FELL BACK" not in out

@@ -756,7 +756,8 @@ def test_fsdp_training_state_is_refused(h, record_warnings, guard_log, world_of_
     group = model._get_fsdp_state()._fsdp_param_group
     calls = [(group, h.rand(3)) for _ in range(3)]
     # Entering use_training_state sets an attribute of the (pre-existing) param
-    # group: the capture is refused for that side effect before translation.
+    # group to an enum member, a store Trident cannot replay: the capture is
+    # refused for that side effect before translation.
     _check_refused(h, record_warnings, guard_log, fn, "FSDP_TRAINING_STATE", calls,
                    reason="mutates a Python object", reaches_translate=False)
     assert group._training_state == TrainingState.IDLE

@@ -68,21 +68,55 @@ class _GraphRunError(Exception):
         self.exc = exc
 
 
-def _check_side_effects(output_graph) -> None:
-    se = output_graph.side_effects
-    from torch._dynamo.variables.base import AttributeMutationNew, ValueMutationNew
+def _base_modified(var, se) -> bool:
+    """Whether a user object's builtin base (a dict / list subclass's contents) was changed."""
+    f = getattr(var, "is_base_vt_modified", None)
+    if f is not None:
+        return bool(f(se))
+    for attr in ("_base_vt", "base_cls_vt"):  # torch versions before the method
+        b = getattr(var, attr, None)
+        if b is not None and se.is_modified(b):
+            return True
+    return False
 
+
+def _check_side_effects(output_graph) -> list:
+    """The attribute stores the function makes on objects that existed before the call, as
+    [(object's Source, attribute name, VariableTracker stored)], in Dynamo's order: the
+    version replays them after its program, as Dynamo's own bytecode does.  Anything else that
+    mutates a pre-existing object (a list or dict changed in place, an attribute deleted, an
+    object without a source) and tensor hooks are refused."""
+    se = output_graph.side_effects
+    from torch._dynamo.variables.base import (AttributeMutationExisting, AttributeMutationNew,
+                                              ValueMutationNew)
+    from torch._dynamo.variables.misc import DeletedVariable
+    from torch._dynamo.variables.user_defined import UserDefinedObjectVariable
+
+    stores = []
     for var in list(se.id_to_variable.values()):
         if not se.is_modified(var):
             continue
         mt = getattr(var, "mutation_type", None)
         if isinstance(mt, (AttributeMutationNew, ValueMutationNew)):
             continue  # an object created by the function: returned, not replayed
+        attrs = se.store_attr_mutations.get(var)
+        if (isinstance(mt, AttributeMutationExisting) and attrs
+                and isinstance(var, UserDefinedObjectVariable)
+                and getattr(var, "source", None) is not None
+                and not _base_modified(var, se)):
+            for name, value in attrs.items():
+                if isinstance(value, DeletedVariable):
+                    raise UnsupportedError(
+                        f"the function deletes attribute {name!r} of {var.source.name}; "
+                        "Trident replays attribute stores only")
+                stores.append((var.source, name, value))
+            continue
         raise UnsupportedError(
             f"the function mutates a Python object that existed before the call ({var}); "
-            "Trident does not replay Python side effects")
+            "Trident replays attribute stores on such objects, not this")
     if se.tensor_hooks:
         raise UnsupportedError("the function registers tensor hooks")
+    return stores
 
 
 def _symbolic(fakes) -> bool:
@@ -167,8 +201,9 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
         tx = InstructionTranslator.current_tx()
         og = tx.output
         st["og"] = og
+        stores = []
         try:
-            _check_side_effects(og)
+            stores = _check_side_effects(og)
         except UnsupportedError as e:
             st["unsupported"] = str(e)
         inputs = []
@@ -185,7 +220,7 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
             fakes.append(ex)
         st["inputs"] = inputs
         try:
-            st["ret"] = _describe_return(tx, gm)
+            st["ret"] = _describe_return(tx, gm, stores)
         except UnsupportedError as e:
             st["unsupported"] = str(e)
         fake_mode = None
@@ -339,12 +374,14 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
         extra_guards=list(adapted.extra_guards))
 
 
-def _describe_return(tx, gm):
+def _describe_return(tx, gm, stores=()):
     """The function's return value as Dynamo tracks it, as plain data:
     ("out", i, kind)  the i-th graph output (kind: tensor | int | bool)
     ("in", j, kind)   the j-th graph input, returned as it came in
     ("const", value)  a constant under this version's guards
     ("seq", "tuple"|"list", [items]) / ("dict", [(key, item)])
+    ("stores", result, [(Source, name, item)])  attribute stores on pre-existing objects
+                      (see _check_side_effects), made before the result is returned
     Dynamo rebuilds the result from exactly this, so nothing is guessed."""
     from torch._dynamo.variables import (ConstantVariable, ConstDictVariable, ListVariable,
                                          SymNodeVariable, TensorVariable, TupleVariable)
@@ -419,7 +456,18 @@ def _describe_return(tx, gm):
                 return ("const", v)
         raise UnsupportedError(f"a returned {type(vt).__name__}")
 
-    return walk(tx.stack[-1])
+    result = walk(tx.stack[-1])
+    if not stores:
+        return result
+    out = []
+    for src, name, value in stores:
+        try:
+            out.append((src, name, walk(value)))
+        except UnsupportedError as e:
+            raise UnsupportedError(
+                f"the function mutates a Python object that existed before the call: it "
+                f"stores into {src.name}.{name} a value Trident cannot replay ({e})") from None
+    return ("stores", result, out)
 
 
 def _same(t):

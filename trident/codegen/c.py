@@ -564,6 +564,15 @@ class _VersionGen:
                 self.lines.append(
                     f"  {{ PyObject *sz = PyObject_CallOneArg({self.K(o.ctor)}, {var}); "
                     f"Py_DECREF({var}); {var} = sz; if (!{var}) goto error; }}")
+        elif isinstance(o, ir.OutStores):  # Dynamo's order: the stores, then the result
+            for st in o.stores:
+                t = self.load(st.target)
+                val = self.out(st.value)
+                self.lines.append(
+                    f"  if (!{t}) goto bad_arg; "
+                    f"if (PyObject_SetAttr({t}, {self.K(st.name)}, {val}) < 0) goto error;")
+            res = self.out(o.result)
+            self.lines.append(f"  {var} = {res}; {res} = NULL;")
         elif isinstance(o, ir.OutDict):
             vals = [self.out(x) for x in o.values]
             self.lines.append(f"  {var} = PyDict_New(); if (!{var}) goto error;")

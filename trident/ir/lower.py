@@ -389,6 +389,13 @@ def _output_tree(cap, out_vals, conv, consts, lo, placeholders) -> ir.Out:
                 raise UnsupportedError("a returned dict has non-constant keys")
             return ir.OutDict(tuple(consts.add(k) for k in keys), tuple(repr(k) for k in keys),
                               tuple(build(v) for _, v in d[1]))
+        if tag == "stores" and d is cap.ret:
+            stores = []
+            for src, name, item in d[2]:
+                if not isinstance(name, str) or not name.isidentifier():
+                    raise UnsupportedError(f"an attribute store to {name!r}")
+                stores.append(ir.Store(conv(src), consts.add(name), name, build(item)))
+            return ir.OutStores(build(d[1]), tuple(stores))
         raise UnsupportedError(f"result element {tag}")
 
     return build(cap.ret)

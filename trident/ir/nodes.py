@@ -622,7 +622,32 @@ class OutDict:
         return "{" + ", ".join(f"{k}: {v}" for k, v in zip(self.key_descs, self.values)) + "}"
 
 
-Out = Union[OutSlot, OutSym, OutConst, OutSource, OutSeq, OutDict]
+@dataclass(frozen=True)
+class Store:
+    """`setattr(target, name, value)` on an object that existed before the call."""
+
+    target: Source
+    name: int  # constant index of the attribute name
+    name_desc: str
+    value: "Out"
+
+    def __str__(self) -> str:
+        return f"{self.target}.{self.name_desc} = {self.value}"
+
+
+@dataclass(frozen=True)
+class OutStores:
+    """The function's attribute stores on pre-existing objects, made in order after the
+    program and before the result is built (as Dynamo replays them), then the result."""
+
+    result: "Out"
+    stores: tuple  # of Store
+
+    def __str__(self) -> str:
+        return "; ".join(map(str, self.stores)) + f"; return {self.result}"
+
+
+Out = Union[OutSlot, OutSym, OutConst, OutSource, OutSeq, OutDict, OutStores]
 
 
 @dataclass(frozen=True)
