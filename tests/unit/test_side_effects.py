@@ -116,3 +116,45 @@ def test_list_mutation_is_refused_with_one_warning():
     assert len(le) == len(lt) == 3 and all(torch.equal(a, b) for a, b in zip(le, lt))
     msgs = [str(m.message) for m in w if "trident" in str(m.message)]
     assert len(msgs) == 1 and "mutates a Python object" in msgs[0], msgs
+
+
+class Tracked:
+    def __init__(self):
+        object.__setattr__(self, "log", [])
+        object.__setattr__(self, "v", None)
+
+    def __setattr__(self, name, value):  # a custom __setattr__: replay is refused
+        self.log.append(name)
+        object.__setattr__(self, name, value)
+
+
+class WithProperty:
+    def __init__(self):
+        self._v = None
+
+    @property
+    def v(self):
+        return self._v
+
+    @v.setter
+    def v(self, value):
+        self._v = value
+
+
+def put(o, x):
+    o.v = x * 2
+    return x + 1
+
+
+@pytest.mark.parametrize("cls", [Tracked, WithProperty])
+def test_stores_through_setattr_or_descriptor_match_eager(cls):
+    tf = trident.jit(put)
+    oe, ot = cls(), cls()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(3):
+            x = torch.randn(3)
+            assert torch.equal(put(oe, x), tf(ot, x))
+            assert torch.equal(oe.v, ot.v)
+    if cls is Tracked:
+        assert oe.log == ot.log  # the custom __setattr__ ran once per call, as in eager

@@ -80,6 +80,23 @@ def _base_modified(var, se) -> bool:
     return False
 
 
+def _plain_store(obj, name: str) -> str:
+    """Why `setattr(obj, name, v)` would not simply set the instance-dict entry Dynamo's replay
+    sets (a custom __setattr__, which Dynamo inlined and replays with object.__setattr__; a
+    data descriptor such as a property or a slot), or "" when it would."""
+    import inspect
+
+    cls = type(obj)
+    if getattr(cls, "__setattr__", None) is not object.__setattr__:
+        return f"{cls.__qualname__} defines __setattr__"
+    if not hasattr(obj, "__dict__"):
+        return f"{cls.__qualname__} has no instance __dict__"
+    d = inspect.getattr_static(cls, name, None)
+    if d is not None and hasattr(type(d), "__set__"):
+        return f"{cls.__qualname__}.{name} is a data descriptor"
+    return ""
+
+
 def _check_side_effects(output_graph) -> list:
     """The attribute stores the function makes on objects that existed before the call, as
     [(object's Source, attribute name, VariableTracker stored)], in Dynamo's order: the
@@ -104,11 +121,17 @@ def _check_side_effects(output_graph) -> list:
                 and isinstance(var, UserDefinedObjectVariable)
                 and getattr(var, "source", None) is not None
                 and not _base_modified(var, se)):
+            obj = getattr(var, "value", None)
             for name, value in attrs.items():
                 if isinstance(value, DeletedVariable):
                     raise UnsupportedError(
                         f"the function deletes attribute {name!r} of {var.source.name}; "
                         "Trident replays attribute stores only")
+                why = _plain_store(obj, name)
+                if why:
+                    raise UnsupportedError(
+                        f"the function mutates a Python object that existed before the call: "
+                        f"it stores {var.source.name}.{name}, and {why}")
                 stores.append((var.source, name, value))
             continue
         raise UnsupportedError(
