@@ -52,6 +52,9 @@ def test_custom_op_kernel_reenters_and_raises_like_eager():
     try:
         lib.define("mybmm(Tensor a, Tensor b) -> Tensor")
         lib.impl("mybmm", lambda a, b: inner(a, b), "CPU")
+        # shapes for Dynamo's fake tensors (without it the capture falls back)
+        lib.impl("mybmm", lambda a, b: a.new_empty((a.shape[0], a.shape[1], b.shape[2])),
+                 "Meta")
 
         def f(q, k):
             return torch.ops.trident_reenter.mybmm(q, k).relu() + 1
@@ -76,5 +79,8 @@ def test_custom_op_kernel_reenters_and_raises_like_eager():
             raise AssertionError("Trident accepted mismatched shapes")
         q, k = torch.randn(2, 3, 4), torch.randn(2, 4, 7)
         assert torch.equal(tf(q, k), f(q, k))
+        st = trident.stats(tf)
+        assert st["fallbacks"] == 0 and sum(st["hits"]) > 0  # native, not eager
+        assert sum(trident.stats(inner)["hits"]) > 0
     finally:
         lib._destroy()
