@@ -156,5 +156,9 @@ def test_stores_through_setattr_or_descriptor_match_eager(cls):
             x = torch.randn(3)
             assert torch.equal(put(oe, x), tf(ot, x))
             assert torch.equal(oe.v, ot.v)
+    st = trident.stats(tf)
     if cls is Tracked:
         assert oe.log == ot.log  # the custom __setattr__ ran once per call, as in eager
+        assert st["fallbacks"] == 1 and "defines __setattr__" in st["fallback_reason"]
+    else:  # the setter Dynamo inlined stores `_v`: replayed natively
+        assert st["fallbacks"] == 0 and sum(st["hits"]) > 0
