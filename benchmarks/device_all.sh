@@ -17,7 +17,7 @@
 # BENCH_DATE, LIMIT, TAIL, STEPS (space-separated step names to run, from both parts, e.g.
 # STEPS="gpu_tests flaggems_probe flaggems_ops" PART=AB; default: all of the part's), and per
 # step the arguments: PYTEST_ARGS, FG_OPS_ARGS, LLM_ARGS, CP_ARGS (each replaces the defaults
-# below), FG_OPS_S, LLM_S and CP_S (their timeouts), LLM2_ARGS / LLM2_S (a second llm_decode run), LLM_MM (generic | hopper; default generic).
+# below), FG_OPS_S, LLM_S, CP_S and GPU_TESTS_S (their timeouts), LLM2_ARGS / LLM2_S (a second llm_decode run), LLM_MM (generic | hopper; default generic).
 # Step cold_profile (part A) runs benchmarks/cold_profile.py into $OUT/cold_profile.txt; step
 # host_profile (part A; HP_ARGS, HP_S) benchmarks/host_profile.py into $OUT/host_profile.tgz.
 #
@@ -99,7 +99,7 @@ step runtime_build 120 python3 -c \
 case "$PART" in
 A|AB)
   # shellcheck disable=SC2086
-  step gpu_tests 200 python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-tests/gpu}
+  step gpu_tests ${GPU_TESTS_S:-200} python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-tests/gpu}
   step gpu_triton 150 python3 benchmarks/gpu_triton.py --out "$OUT/gpu_triton.md"
   step flaggems_probe 90 python3 benchmarks/flaggems_probe.py
   # shellcheck disable=SC2086

@@ -38,6 +38,9 @@ mode must equal eager's: a region that Inductor fuses rounds differently in bf16
 Order (`--interleave`, default): every mode's warm-up in turn, then the measured requests in
 rounds (request k of every mode, the modes' order rotating each round), so that the machine's
 drift over the run falls on every mode alike; `--no-interleave` runs each mode to its end.
+Warm-ups end `--reserve-s` before the budget: one still running then (say, Inductor compiling
+a decoder layer for the n-th time) is cut by an alarm and its mode reported as not measured,
+so that the modes that did warm up keep that time for their measured requests.
 
 Every mode's generated tokens are compared with the eager mode's. Results (markdown and a PNG
 chart of speedups over eager) go to `benchmarks/results/llm_decode_<date>_<tag>.md/.png`,
@@ -627,8 +630,19 @@ def decode(model, ids, n_new: int, device: str, sync) -> tuple:
     return torch.cat(toks, 1)[0].tolist(), ttft, itl, prev - t0
 
 
-class OutOfTime(Exception):
-    pass
+class OutOfTime(BaseException):
+    """The time budget ran out.  A BaseException, so that the alarm that cuts a warm-up stuck
+    in a long compile (`ModeSession.warm`) is not turned into a fallback by an `except
+    Exception` on the way (Trident's, Dynamo's)."""
+
+
+_ALARM: list = []  # armed: SIGALRM raises OutOfTime (only during a warm-up)
+
+
+def _on_alarm(signum, frame):
+    if _ALARM:
+        _ALARM.clear()
+        raise OutOfTime("warm-up cut: time budget")
 
 
 # ---------------------------------------------------------------- one mode on one model
@@ -778,8 +792,8 @@ class ModeSession:
         t = time.perf_counter()
         try:
             fn()
-        except OutOfTime:
-            self.run.note = "stopped: time budget"
+        except OutOfTime as e:
+            self.run.note = f"stopped: time budget{' (' + str(e) + ')' if str(e) else ''}"
             self.done = True
             say(f"!! {self.name}/{self.mode}: time budget exhausted, stopping")
         except (Exception, Terminated, KeyboardInterrupt) as e:  # noqa: BLE001  (one failing
@@ -798,8 +812,23 @@ class ModeSession:
             self.uninstall()
             self.run.seconds += time.perf_counter() - t
 
-    def warm(self) -> None:
-        self._phase(self._warm)
+    def warm(self, until: float | None = None) -> None:
+        """Warm-up, stopped at `until` (default: the run's deadline) even inside one request:
+        an alarm then raises OutOfTime wherever the mode is (say, Inductor compiling its 24th
+        decoder layer), so that the measured requests keep the time reserved for them."""
+        until = self.deadline if until is None else until
+        saved, self.deadline = self.deadline, until
+        left = until - time.time()
+        if left > 0 and hasattr(signal, "setitimer"):
+            _ALARM.append(True)
+            signal.setitimer(signal.ITIMER_REAL, left)
+        try:
+            self._phase(self._warm)
+        finally:
+            if hasattr(signal, "setitimer"):
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            _ALARM.clear()
+            self.deadline = saved
 
     def _warm(self) -> None:
         mode, a, run = self.mode, self.a, self.run
@@ -894,17 +923,22 @@ def run_mode(mode, name, model, prov: Provider, a, prompts, deadline) -> ModeRun
 
 def run_interleaved(modes, name, model, prov: Provider, a, deadline) -> list:
     """Every mode warmed up in turn, then the measured requests in rounds: request k of every
-    mode, the modes' order rotating by one each round; then each mode's breakdown."""
+    mode, the modes' order rotating by one each round; then each mode's breakdown.  Warm-ups
+    end `--reserve-s` before the deadline (a warm-up still running then is cut and its mode not
+    measured), so that the measured requests of the modes that did warm up have that time."""
     sessions = []
+    warm_until = deadline - a.reserve_s
     for mode in modes:
-        if STOP or time.time() > deadline:
+        if STOP or time.time() > warm_until:
             sessions.append(None)
             continue
         say(f"== {name} / {mode} (warm-up)")
         sess = ModeSession(mode, name, model, prov, a, deadline)
-        sess.warm()
-        sessions.append(sess)
-    live = [x for x in sessions if x is not None]
+        sess.warm(warm_until)
+        sessions.append(sess if not sess.done else sess.run)  # a ModeRun: failed or cut
+        if sess.done:
+            say(f"!! {name}/{mode}: not measured ({sess.run.note or sess.run.error})")
+    live = [x for x in sessions if isinstance(x, ModeSession)]
     for k, (s, i) in enumerate(measured_order(a)):
         for j in range(len(live)):
             live[(j + k) % len(live)].measure(s, i)
@@ -916,6 +950,8 @@ def run_interleaved(modes, name, model, prov: Provider, a, deadline) -> list:
         if sess is None:
             runs.append(ModeRun(mode, name, note=f"skipped: run stopped ({STOP[0]})" if STOP
                                 else "skipped: time budget"))
+        elif isinstance(sess, ModeRun):
+            runs.append(sess)
         else:
             runs.append(sess.run)
     return runs
@@ -1362,6 +1398,21 @@ def main() -> int:
         "run falls on every mode alike (default); --no-interleave runs each mode to its end "
         "before the next",
     )
+    ap.add_argument(
+        "--reserve-s",
+        type=float,
+        default=60.0,
+        help="with --interleave: warm-ups end this many seconds before --budget-s (one still "
+        "running then is cut, its mode reported as not measured), leaving that time to the "
+        "measured requests",
+    )
+    ap.add_argument(
+        "--stacks-every-s",
+        type=float,
+        default=0.0,
+        help="print every thread's Python stack every N seconds (faulthandler), to see where "
+        "a long warm-up spends its time (default 0: never)",
+    )
     ap.add_argument("--tag", default=None)
     ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
     a = ap.parse_args()
@@ -1380,6 +1431,9 @@ def main() -> int:
     warnings.filterwarnings("ignore", message="Warning only once for all operators")
     faulthandler.enable()  # a native crash still prints every thread's Python stack
     signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGALRM, _on_alarm)
+    if a.stacks_every_s > 0:
+        faulthandler.dump_traceback_later(a.stacks_every_s, repeat=True)
     if a.max_versions:
         for knob in ("recompile_limit", "cache_size_limit"):
             if hasattr(torch._dynamo.config, knob):
