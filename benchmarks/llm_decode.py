@@ -763,13 +763,14 @@ class ModeSession:
         self.warm_misses: dict = {}
         self.done = False  # failed or stopped: no more phases
 
-    def request(self, set_name, i):
+    def request(self, set_name, i, n_new=None):
         if STOP:  # a signal whose exception something swallowed (e.g. a weakref callback)
             raise Terminated(STOP[0])
         if time.time() > self.deadline:
             raise OutOfTime
         ids = token_ids(PROMPT_SETS[set_name][i], self.model.config.vocab_size)
-        toks, ttft, itl, total = decode(self.model, ids, self.a.new_tokens, self.prov.device,
+        toks, ttft, itl, total = decode(self.model, ids, n_new or self.a.new_tokens,
+                                        self.prov.device,
                                         self.sync)
         return Request(set_name, i, len(ids), toks, ttft, itl, total)
 
@@ -858,7 +859,7 @@ class ModeSession:
         for r in range(a.warmup):
             for rec in run.timings.values():
                 rec.record = r >= a.warmup // 2
-            self.request(*order[r % len(order)])
+            self.request(*order[r % len(order)], self.a.warmup_tokens)
         for op in self.prov.ops:
             if mode == "torch":
                 continue
@@ -1141,7 +1142,9 @@ def write_report(runs, prov, a, path_md, layers_of, elapsed) -> None:
         + ", ".join(f"{m} {layers_of[m]} layer(s) of {PUBLISHED_LAYERS[m]}" for m in layers_of)
         + (" (tiny dimensions)" if a.tiny else " (every other dimension published)"),
         (
-            f"- bf16, random weights, batch 1, greedy, {a.new_tokens} new tokens, EOS ignored, "
+            f"- bf16, random weights, batch 1, greedy, {a.new_tokens} new tokens"
+            + (f" ({a.warmup_tokens} in warm-up requests)" if a.warmup_tokens else "")
+            + ", EOS ignored, "
             f"attention={a.attn}, experts={a.experts}, dynamic={a.dynamic}"
         ),
         (
@@ -1338,6 +1341,12 @@ def main() -> int:
     ap.add_argument("--prompts", default=",".join(PROMPT_SETS))
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--warmup", type=int, default=10, help="warm-up requests per model and mode")
+    ap.add_argument(
+        "--warmup-tokens",
+        type=int,
+        default=None,
+        help="new tokens of each warm-up request (default: --new-tokens); every mode alike",
+    )
     ap.add_argument(
         "--requests", type=int, default=3, help="measured requests per prompt set, model and mode"
     )

@@ -869,3 +869,66 @@ def test_set_of_ints_equality_is_exact(h, record_warnings):
             assert "frozenset" in st["fallback_reason"]
     finally:
         _PW.operand_indices = frozenset({1, 2})
+
+
+# ------------------------------------------------------------ GenericAttrSource
+
+
+class _Config:
+    """Like transformers' PretrainedConfig: `__getattribute__` maps an alias through the class's
+    `attribute_map` with `super().__getattribute__`.  Dynamo 2.11 guards what that reads
+    through `object.__getattribute__(config, '__dict__')` (GenericAttrSource); 2.13 through
+    plain attributes."""
+
+    attribute_map = {"dim": "hidden_size"}
+
+    def __init__(self, hidden_size, eps):
+        self.hidden_size = hidden_size
+        self.eps = eps
+
+    def __getattribute__(self, key):
+        if key != "attribute_map" and key in super().__getattribute__("attribute_map"):
+            key = super().__getattribute__("attribute_map")[key]
+        return super().__getattribute__(key)
+
+
+_CFG = _Config(4, 0.5)
+
+
+def _uses_config(x):
+    return x * _CFG.eps + _CFG.dim
+
+
+def test_generic_attribute_source_is_native(h, guard_log):
+    from torch._dynamo.source import GenericAttrSource, LocalSource
+
+    from trident.guards.translate import SourceConverter
+    from trident.ir import nodes as ir
+
+    src = SourceConverter(_uses_config, ConstPool())(GenericAttrSource(LocalSource("x"),
+                                                                      "__dict__"))
+    assert src == ir.GenericAttr(ir.Local(0, "x"), "__dict__")
+    assert str(src) == "object.__getattribute__(L['x'], '__dict__')"
+
+    f = trident.jit(_uses_config, strict=True)
+    for _ in range(2):
+        h.check(f, _uses_config, h.rand(3))
+    _assert_compiled(f, 1)
+    generic = [e for es in guard_log.emitted for e in es
+               if type(e.orig_guard.originating_source).__name__ == "GenericAttrSource"
+               or "object.__getattribute__" in e.name]
+    if generic:  # torch 2.11: translated natively, and read as `object.__getattribute__` does
+        assert "object.__getattribute__" in trident.explain(f)
+    try:
+        _CFG.eps = 2.0  # the instance dict's value: a miss
+        h.check(f, _uses_config, h.rand(3))
+        _Config.attribute_map = {"dim": "eps"}  # the alias now names another entry: a miss
+        h.check(f, _uses_config, h.rand(3))
+        _CFG.__dict__["eps"] = 3.0  # written past __setattr__: still seen
+        h.check(f, _uses_config, h.rand(3))
+    finally:
+        _Config.attribute_map = {"dim": "hidden_size"}
+        _CFG.eps = 0.5
+    h.check(f, _uses_config, h.rand(3))
+    st = trident.stats(f)
+    assert st["fallbacks"] == 0 and st["versions"] >= 3, st

@@ -117,6 +117,9 @@ class _VersionGen:
         elif isinstance(src, ir.Attr):
             b = self.load(src.base)
             expr = _attr_expr(b, src.name, self.mod.name(src.name))
+        elif isinstance(src, ir.GenericAttr):
+            b = self.load(src.base)
+            expr = f"trt_generic_getattr({b}, {self.mod.name(src.name)})"
         elif isinstance(src, ir.Item):
             b = self.load(src.base)
             if isinstance(src.key, int):

@@ -86,6 +86,8 @@ class SourceConverter:
             for part in src.member.split("."):
                 out = ir.Attr(out, part)
             return out
+        if cls == "GenericAttrSource":
+            return ir.GenericAttr(self(src.base), src.member)
         if cls == "TypeSource":
             return ir.TypeOf(self(src.base))
         if cls == "CallFunctionNoArgsSource":

@@ -106,7 +106,21 @@ class DictEntryAt:
         return f"list({self.base}.{'values' if self.value else 'keys'}())[{self.index}]"
 
 
-Source = Union[Local, Global, ConstObj, Attr, Item, TypeOf, CallNoArgs, DictEntryAt]
+@dataclass(frozen=True)
+class GenericAttr:
+    """`object.__getattribute__(base, name)`: the attribute read past the class's own
+    `__getattribute__` / `__getattr__` (Dynamo's GenericAttrSource, e.g. the instance dict of
+    a transformers config, whose class overrides `__getattribute__`)."""
+
+    base: "Source"
+    name: str
+
+    def __str__(self) -> str:
+        return f"object.__getattribute__({self.base}, {self.name!r})"
+
+
+Source = Union[Local, Global, ConstObj, Attr, Item, TypeOf, CallNoArgs, DictEntryAt,
+               GenericAttr]
 
 # ------------------------------------------------ integer-valued properties
 

@@ -293,6 +293,15 @@ static inline PyObject *trt_attr_dict(PyObject *o, PyObject *name) {
   return trt_getattr(o, name);
 }
 
+/* object.__getattribute__(o, name): the generic lookup (type MRO descriptors, then the
+   instance dict), past a class's own __getattribute__ / __getattr__. */
+static inline PyObject *trt_generic_getattr(PyObject *o, PyObject *name) {
+  if (!o) return NULL;
+  PyObject *v = PyObject_GenericGetAttr(o, name);
+  if (!v) PyErr_Clear();
+  return v;
+}
+
 /* A Python function's __defaults__ / __kwdefaults__ / __code__. */
 static inline PyObject *trt_attr_func(PyObject *o, PyObject *name, int which) {
   if (o && PyFunction_Check(o)) {
