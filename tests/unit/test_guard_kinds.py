@@ -932,3 +932,30 @@ def test_generic_attribute_source_is_native(h, guard_log):
     h.check(f, _uses_config, h.rand(3))
     st = trident.stats(f)
     assert st["fallbacks"] == 0 and st["versions"] >= 3, st
+
+
+def test_contains_guard_reads_its_invert_argument():
+    """torch <= 2.11 spells "key not in d" as DICT_CONTAINS(invert=True): the polarity comes
+    from that argument, and a builder whose `invert` cannot be read is refused."""
+    import functools
+
+    from torch._dynamo.source import LocalSource
+
+    from trident.ir import nodes as ir
+
+    def builder(self, guard, key, invert):  # the 2.11 signature
+        raise AssertionError("never called")
+
+    def entry(kind, create_fn):
+        g = types.SimpleNamespace(originating_source=LocalSource("x"), create_fn=create_fn,
+                                  name="L['x']")
+        return types.SimpleNamespace(guard_type=kind, orig_guard=g, value={}, name="L['x']")
+
+    for kind in ("DICT_CONTAINS", "SET_CONTAINS"):
+        for invert in (False, True):
+            (op,) = _translate_alone(entry(kind, functools.partial(builder, key="k",
+                                                                   invert=invert)),
+                                     _uses_config)
+            assert isinstance(op, ir.Contains) and op.present is (not invert), op
+        with pytest.raises(UnsupportedError, match="invert"):
+            _translate_alone(entry(kind, functools.partial(builder, key="k")), _uses_config)

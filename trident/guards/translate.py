@@ -235,8 +235,11 @@ def translate(entries, cap, fn, consts: ConstPool, rt) -> tuple:
             key = _keyword(g, "key")
             if not _is_const_key(key):
                 raise UnsupportedError(f"{kind} with a key of type {type(key).__name__} on {src}")
+            # torch <= 2.11 has no *_NOT_CONTAINS kinds: DICT_CONTAINS / SET_CONTAINS carry
+            # `invert` ("key not in d") instead.
+            positive = "NOT" not in kind and not _invert(g, kind)
             per_source.append(ir.Contains(src, "dict" if kind.startswith("DICT") else "set",
-                                          consts.add(key), "NOT" not in kind, _describe(key)))
+                                          consts.add(key), positive, _describe(key)))
         elif kind == "NOT_PRESENT_IN_GENERIC_DICT":
             attr = _keyword(g, "attr")
             per_source.append(ir.NotInDict(src, attr))
@@ -304,6 +307,25 @@ def _is_const_key(k) -> bool:
         return all(_is_const_key(x) for x in k)
     return type(k) in (int, bool, str, bytes, type(None)) or (
         type(k) is float and not math.isnan(k))
+
+
+def _invert(guard, kind) -> bool:
+    """The `invert` argument of a DICT_CONTAINS / SET_CONTAINS guard (torch <= 2.11); False
+    where the builder has none.  A builder that takes one which cannot be read is refused:
+    the guard's polarity would be a guess."""
+    import inspect
+
+    fn = guard.create_fn
+    kw = getattr(fn, "keywords", None) or {}
+    if "invert" in kw:
+        return bool(kw["invert"])
+    try:
+        params = inspect.signature(getattr(fn, "func", fn)).parameters
+    except (TypeError, ValueError):
+        params = {}
+    if "invert" in params or getattr(fn, "args", ()):
+        raise UnsupportedError(f"{kind} on {guard.name}: cannot read its `invert` argument")
+    return False
 
 
 def _keyword(guard, name):
