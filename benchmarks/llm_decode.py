@@ -42,6 +42,11 @@ Warm-ups end `--reserve-s` before the budget: one still running then (say, Induc
 a decoder layer for the n-th time) is cut by an alarm and its mode reported as not measured,
 so that the modes that did warm up keep that time for their measured requests.
 
+`--warmup-tokens N` shortens the warm-up requests (every mode alike) but leaves shapes that only
+longer measured requests reach to be autotuned or compiled inside them: the report's Stalls
+section lists every measured token that took over 10x its request's median ITL, and the speedup
+table gives the median-ITL ratio, which such a token does not move.
+
 Every mode's generated tokens are compared with the eager mode's. Results (markdown and a PNG
 chart of speedups over eager) go to `benchmarks/results/llm_decode_<date>_<tag>.md/.png`,
 rewritten after every mode so a run cut short keeps what it measured.
@@ -279,7 +284,14 @@ def _same_outputs(a, b) -> bool:
                                                and torch.equal(a.nan_to_num(), b.nan_to_num()))))
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
         return len(a) == len(b) and all(_same_outputs(x, y) for x, y in zip(a, b))
-    return type(a) is type(b) and a == b
+    if isinstance(a, dict) and isinstance(b, dict):  # also a model's output (a ModelOutput)
+        return (type(a) is type(b) and list(a) == list(b)
+                and all(_same_outputs(a[k], b[k]) for k in a))
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (int, float, str, bytes, bool, type(None), torch.dtype, torch.device)):
+        return a == b
+    return a is b  # any other object (a KV cache): the same one
 
 
 _IN_BASE = [0]  # > 0 while a warm-up shim runs the eager wrapper of a region
@@ -1066,6 +1078,29 @@ def metrics(reqs) -> dict:
     }
 
 
+STALL_FACTOR, STALL_MIN_S = 10.0, 0.05
+
+
+def stalls(runs) -> list:
+    """Report lines for measured tokens that took over STALL_FACTOR times their request's
+    median ITL (and over STALL_MIN_S): an autotune, a compile or a recompile inside a measured
+    request (e.g. FlagGems tuning a bmm for a KV length no warm-up request reached)."""
+    out = []
+    for run in runs:
+        for r in run.requests:
+            if not r.itl:
+                continue
+            m = statistics.median(r.itl)
+            for k, t in enumerate(r.itl):
+                if t > STALL_FACTOR * m and t > STALL_MIN_S:
+                    out.append(f"- {run.model}/{run.mode} {r.prompt_set}[{r.prompt}]: token "
+                               f"{k + 2} took {t * 1e3:.1f} ms (median {m * 1e3:.2f} ms)")
+    head = ["", "## Stalls in measured requests", ""]
+    if not out:
+        return head + [f"none (no token over {STALL_FACTOR:g}x its request's median ITL)"]
+    return head + out[:40] + ([f"- ... {len(out) - 40} more"] if len(out) > 40 else [])
+
+
 def token_check(reqs, ref) -> str:
     """Compare each request's tokens with the eager run's tokens for the same prompt."""
     if not reqs:
@@ -1172,7 +1207,11 @@ def write_report(runs, prov, a, path_md, layers_of, elapsed) -> None:
     ]
     ratios = [
         "",
-        "## Trident's speedup (other mode's e2e / Trident's e2e; TPOT ratio in parentheses)",
+        "## Trident's speedup (other mode's e2e / Trident's e2e; TPOT ratio, then median-ITL "
+        "ratio, in parentheses)",
+        "",
+        "The median ITL ignores a stalled token (see Stalls below): where the two ratios part, "
+        "a mode stalled during its measured requests.",
         "",
         "| model | prompts | vs eager | vs compile | vs compile_cpp | vs torch |",
         "|---|---|---:|---:|---:|---:|",
@@ -1201,7 +1240,8 @@ def write_report(runs, prov, a, path_md, layers_of, elapsed) -> None:
             for other in ("eager", "compile", "compile_cpp", "torch"):
                 o = ms.get(other)
                 if tr and o:
-                    cells.append(f"{o['e2e'] / tr['e2e']:.2f}x ({o['tpot'] / tr['tpot']:.2f}x)")
+                    cells.append(f"{o['e2e'] / tr['e2e']:.2f}x ({o['tpot'] / tr['tpot']:.2f}x; "
+                                 f"{o['itl'] / tr['itl']:.2f}x)")
                 else:
                     cells.append("-")
             ratios.append(f"| {model} | {s} | " + " | ".join(cells) + " |")
@@ -1210,6 +1250,7 @@ def write_report(runs, prov, a, path_md, layers_of, elapsed) -> None:
                     mode: ms["eager"]["e2e"] / m["e2e"] for mode, m in ms.items() if mode != "eager"
                 }
     lines += ratios
+    lines += stalls(runs)
     lines += ["", "## torch reference vs eager tokens (numerics may differ)", ""]
     for model in layers_of:
         run = by.get((model, "torch"))
@@ -1443,6 +1484,10 @@ def main() -> int:
     signal.signal(signal.SIGALRM, _on_alarm)
     if a.stacks_every_s > 0:
         faulthandler.dump_traceback_later(a.stacks_every_s, repeat=True)
+    if a.warmup_tokens and a.warmup_tokens < a.new_tokens:
+        say(f"!! --warmup-tokens {a.warmup_tokens} < --new-tokens {a.new_tokens}: shapes that "
+            "only the measured requests reach (longer KV caches) can autotune or compile "
+            "inside them (see the report's Stalls section)")
     if a.max_versions:
         for knob in ("recompile_limit", "cache_size_limit"):
             if hasattr(torch._dynamo.config, knob):

@@ -49,3 +49,28 @@ def test_llm_decode_stub_decoder_layer_region(tmp_path):
     assert len(lat) == 2 and all("same" in ln for ln in lat), md
     assert "trident qwen3 Qwen3DecoderLayer.forward: compiled" in out, out[-4000:]
     assert "FELL BACK" not in out
+
+
+def test_stalled_tokens_are_reported():
+    """A measured token far over its request's median ITL (an autotune or a compile inside a
+    measured request) is listed in the report; ordinary jitter is not."""
+    import random
+    import statistics
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import llm_decode as ld
+
+    rng = random.Random()
+    itl = [0.01 * (1 + 0.5 * rng.random()) for _ in range(30)]
+    k = rng.randrange(len(itl))
+    itl[k] = 0.8
+    stalled = ld.ModeRun("eager", "qwen3", requests=[
+        ld.Request("mmlu", 0, 5, list(range(31)), 0.02, itl, 0.02 + sum(itl))])
+    calm = ld.ModeRun("trident", "qwen3", requests=[
+        ld.Request("mmlu", 0, 5, list(range(31)), 0.02, itl[:k] + itl[k + 1:] + [0.012],
+                   0.5)])
+    lines = ld.stalls([stalled, calm])
+    hits = [ln for ln in lines if ln.startswith("- ")]
+    assert hits == [f"- qwen3/eager mmlu[0]: token {k + 2} took 800.0 ms "
+                    f"(median {statistics.median(itl) * 1e3:.2f} ms)"], lines
+    assert ld.stalls([calm])[-1].startswith("none")
