@@ -17,7 +17,7 @@
 # BENCH_DATE, LIMIT, TAIL, STEPS (space-separated step names to run, from both parts, e.g.
 # STEPS="gpu_tests flaggems_probe flaggems_ops" PART=AB; default: all of the part's), and per
 # step the arguments: PYTEST_ARGS, FG_OPS_ARGS, LLM_ARGS, CP_ARGS (each replaces the defaults
-# below), FG_OPS_S, LLM_S, CP_S and GPU_TESTS_S (their timeouts), LLM2_ARGS / LLM2_S (a second llm_decode run), LLM_MM (generic | hopper; default generic).
+# below), FG_OPS_S, LLM_S, CP_S and GPU_TESTS_S (their timeouts), PYTEST_K (a pytest -k expression), LLM2_ARGS / LLM2_S (a second llm_decode run), LLM_MM (generic | hopper; default generic).
 # Step cold_profile (part A) runs benchmarks/cold_profile.py into $OUT/cold_profile.txt; step
 # host_profile (part A; HP_ARGS, HP_S) benchmarks/host_profile.py into $OUT/host_profile.tgz.
 #
@@ -83,6 +83,7 @@ step() {  # step NAME SECONDS CMD ARGS...
   rc=$?
   quiet < "$OUT/$name.log" | tail -n "$TAIL"
   (( rc == 124 || rc == 137 )) && rc="$rc (TIMED OUT)"
+  [[ "$name" == gpu_tests && "$rc" == 5 ]] && rc="5 (NO TESTS SELECTED)"
   echo "=== $name: rc=$rc, $(( $(date +%s) - t ))s"
 }
 
@@ -99,7 +100,11 @@ step runtime_build 120 python3 -c \
 case "$PART" in
 A|AB)
   # shellcheck disable=SC2086
-  step gpu_tests ${GPU_TESTS_S:-200} python3 -m pytest -q -p no:cacheprovider ${PYTEST_ARGS:-tests/gpu}
+  # PYTEST_K: a -k expression, passed as one word (PYTEST_ARGS is split on spaces, so
+  # "-k 'a or b'" cannot go there; session 9 lost a run's tests to "-k a_or_b", which selects
+  # nothing: pytest's rc 5 is reported as such)
+  step gpu_tests ${GPU_TESTS_S:-200} python3 -m pytest -q -p no:cacheprovider \
+    ${PYTEST_K:+-k "$PYTEST_K"} ${PYTEST_ARGS:-tests/gpu}
   step gpu_triton 150 python3 benchmarks/gpu_triton.py --out "$OUT/gpu_triton.md"
   step flaggems_probe 90 python3 benchmarks/flaggems_probe.py
   # shellcheck disable=SC2086
