@@ -467,15 +467,50 @@ class _Obj:
     pass
 
 
-def test_hasattr_is_refused(h, record_warnings, guard_log):
+def test_hasattr_present_and_absent_are_native(h, guard_log):
     def fn(o, x):
         return x * 2 if hasattr(o, "scale") else x - 1
 
     with_attr = _Obj()
     with_attr.scale = 1
-    calls = [(with_attr, h.rand(3)), (_Obj(), h.rand(3)), (with_attr, h.rand(3))]
-    _check_refused(h, record_warnings, guard_log, fn, "HASATTR", calls,
-                   reason="guard kind HASATTR")
+    f = trident.jit(fn, strict=True)
+    h.check(f, fn, with_attr, h.rand(3))
+    h.check(f, fn, with_attr, h.rand(3))
+    assert _assert_compiled(f, 1)["hits"] == [1]
+    assert "HASATTR" in guard_log.translated_kinds()
+    assert "hasattr(" in trident.explain(f)
+    h.check(f, fn, _Obj(), h.rand(3))  # the attribute is absent: a miss, a second version
+    h.check(f, fn, _Obj(), h.rand(3))
+    assert _assert_compiled(f, 2)["hits"] == [1, 1]
+    assert "not hasattr(" in trident.explain(f)
+    gone = _Obj()
+    gone.scale = 1
+    h.check(f, fn, gone, h.rand(3))
+    del gone.scale  # the same object without it now: version 0 must not serve it
+    h.check(f, fn, gone, h.rand(3))
+    assert _assert_compiled(f, 2)["hits"] == [2, 2]
+
+
+def test_hasattr_lookup_that_raises_is_eagers_error(h):
+    class Prop:
+        @property
+        def scale(self):
+            raise KeyError("scale")
+
+    def fn(o, x):
+        return x * 2 if hasattr(o, "scale") else x - 1
+
+    with_attr = _Obj()
+    with_attr.scale = 1
+    f = trident.jit(fn)
+    h.check(f, fn, with_attr, h.rand(3))
+    h.check(f, fn, _Obj(), h.rand(3))
+    # hasattr propagates a KeyError: no version's guard passes (a failed lookup fails the
+    # guard), and the miss runs the call as eager does, raising the same error.
+    with pytest.raises(KeyError):
+        fn(Prop(), h.rand(3))
+    with pytest.raises(KeyError):
+        f(Prop(), h.rand(3))
 
 
 @_needs_kind("CONSTANT_SUBCLASS_MATCH")

@@ -16,6 +16,7 @@ capture: Trident's SCM, not Dynamo, decides which version runs.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 from dataclasses import dataclass, field
 
@@ -97,7 +98,17 @@ def _plain_store(obj, name: str) -> str:
     return ""
 
 
-def _check_side_effects(output_graph) -> list:
+def _own_kwargs_name(fn) -> str | None:
+    """The name of fn's `**kwargs` parameter: a dict made afresh for every call, so changes
+    to it inside the call are seen by no one after it (unless it escapes, which the result's
+    description refuses)."""
+    co = getattr(fn, "__code__", None)
+    if co is None or not co.co_flags & 0x08:  # CO_VARKEYWORDS
+        return None
+    return co.co_varnames[co.co_argcount + co.co_kwonlyargcount + bool(co.co_flags & 0x04)]
+
+
+def _check_side_effects(output_graph, own_kwargs: str | None = None) -> list:
     """The attribute stores the function makes on objects that existed before the call, as
     [(object's Source, attribute name, VariableTracker stored)], in Dynamo's order: the
     version replays them after its program, as Dynamo's own bytecode does.  Anything else that
@@ -109,10 +120,15 @@ def _check_side_effects(output_graph) -> list:
     from torch._dynamo.variables.misc import DeletedVariable
     from torch._dynamo.variables.user_defined import UserDefinedObjectVariable
 
+    from torch._dynamo.source import LocalSource
+
     stores = []
     for var in list(se.id_to_variable.values()):
         if not se.is_modified(var):
             continue
+        src = getattr(var, "source", None)
+        if own_kwargs is not None and type(src) is LocalSource and src.local_name == own_kwargs:
+            continue  # the call's own **kwargs dict (see _own_kwargs_name)
         mt = getattr(var, "mutation_type", None)
         if isinstance(mt, (AttributeMutationNew, ValueMutationNew)):
             continue  # an object created by the function: returned, not replayed
@@ -134,8 +150,10 @@ def _check_side_effects(output_graph) -> list:
                         f"it stores {var.source.name}.{name}, and {why}")
                 stores.append((var.source, name, value))
             continue
+        src = getattr(var, "source", None)
         raise UnsupportedError(
-            f"the function mutates a Python object that existed before the call ({var}); "
+            f"the function mutates a Python object that existed before the call "
+            f"({var}{' at ' + src.name if src is not None else ''}); "
             "Trident replays attribute stores on such objects, not this")
     if se.tensor_hooks:
         raise UnsupportedError("the function registers tensor hooks")
@@ -226,7 +244,7 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
         st["og"] = og
         stores = []
         try:
-            stores = _check_side_effects(og)
+            stores = _check_side_effects(og, _own_kwargs_name(fn))
         except UnsupportedError as e:
             st["unsupported"] = str(e)
         inputs = []
@@ -243,7 +261,7 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
             fakes.append(ex)
         st["inputs"] = inputs
         try:
-            st["ret"] = _describe_return(tx, gm, stores)
+            st["ret"] = _describe_return(tx, gm, stores, fn)
         except UnsupportedError as e:
             st["unsupported"] = str(e)
         fake_mode = None
@@ -298,7 +316,10 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
         return runner
 
     def guard_filter(entries):
-        st["entries"] = list(entries)
+        # Dynamo builds the guards before the traced call runs; the function may then change
+        # its own **kwargs dict, and an attribute may appear: what a guard compares with is
+        # read here, before the call (_before_call).
+        st["entries"] = [_before_call(e) for e in entries]
         og = st.get("og")
         exprs = []
         if og is not None and any(e.guard_type == "SHAPE_ENV" for e in entries):
@@ -381,6 +402,8 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
         reason = "Dynamo produced several graphs"
     elif "unsupported" in st:
         reason = st["unsupported"]
+    if reason is None:
+        reason = _check_new_objects(st.get("ret"), result)
     if reason is not None:
         # The capturing call already ran correctly: hand its result back.
         err = UnsupportedError(reason)
@@ -397,7 +420,7 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
         extra_guards=list(adapted.extra_guards))
 
 
-def _describe_return(tx, gm, stores=()):
+def _describe_return(tx, gm, stores=(), fn=None):
     """The function's return value as Dynamo tracks it, as plain data:
     ("out", i, kind)  the i-th graph output (kind: tensor | int | bool)
     ("in", j, kind)   the j-th graph input, returned as it came in
@@ -405,10 +428,17 @@ def _describe_return(tx, gm, stores=()):
     ("seq", "tuple"|"list", [items]) / ("dict", [(key, item)])
     ("stores", result, [(Source, name, item)])  attribute stores on pre-existing objects
                       (see _check_side_effects), made before the result is returned
+    ("new", cls, [(field, item)])  a dataclass object the function created (a Hugging Face
+                      ModelOutput): rebuilt by calling cls(field=item, ...); the capture
+                      checks that this call rebuilds the object it returned
+                      (_check_new_objects)
     Dynamo rebuilds the result from exactly this, so nothing is guessed."""
+    from torch._dynamo.source import LocalSource
     from torch._dynamo.variables import (ConstantVariable, ConstDictVariable, ListVariable,
                                          SymNodeVariable, TensorVariable, TupleVariable)
+    from torch._dynamo.variables.base import AttributeMutationNew
     from torch._dynamo.variables.lists import SizeVariable
+    from torch._dynamo.variables.user_defined import UserDefinedObjectVariable
 
     if not tx.stack:
         raise UnsupportedError("cannot see the function's return value")
@@ -442,8 +472,17 @@ def _describe_return(tx, gm, stores=()):
         if id(node) in in_pos:
             return ("in", in_pos[id(node)], kind)
         if kind == "tensor" and getattr(vt, "source", None) is not None:
-            return ("source", vt.source)  # an input Dynamo pruned from the graph
+            return source_ref(vt.source)  # an input Dynamo pruned from the graph
         raise UnsupportedError(f"returned {kind} {node.name} is not a graph value")
+
+    own_kwargs = _own_kwargs_name(fn)
+
+    def source_ref(src):
+        if type(src) is LocalSource and src.local_name == own_kwargs:
+            # The call's own **kwargs dict, which the function may have changed (those
+            # changes are not replayed): it must not escape.
+            raise UnsupportedError(f"the function returns or stores its **{own_kwargs} dict")
+        return ("source", src)
 
     def walk(vt, depth=0):
         if depth > 32:
@@ -461,7 +500,7 @@ def _describe_return(tx, gm, stores=()):
                 and getattr(vt, "source", None) is not None):
             # An argument (or global) container returned as it came: the same
             # object (pre-existing objects that were mutated are refused).
-            return ("source", vt.source)
+            return source_ref(vt.source)
         if type(vt) in (TupleVariable, ListVariable):
             kind = "tuple" if type(vt) is TupleVariable else "list"
             return ("seq", kind, [walk(i, depth + 1) for i in vt.items])
@@ -473,11 +512,50 @@ def _describe_return(tx, gm, stores=()):
                 key = k.vt.as_python_constant() if hasattr(k, "vt") else k
                 items.append((key, walk(v, depth + 1)))
             return ("dict", items)
+        if isinstance(vt, UserDefinedObjectVariable):
+            if isinstance(getattr(vt, "mutation_type", None), AttributeMutationNew):
+                return new_object(vt, depth)
+            src = getattr(vt, "source", None)
+            # A pre-existing object returned as itself (a KV cache passed in).  Loaded after
+            # the stores, so when there are stores only through a path of items from a
+            # parameter: an attribute path could lead to an object the stores replaced.
+            if src is not None and (not stores or _item_path(src)):
+                return source_ref(src)
         if vt.is_python_constant():
             v = vt.as_python_constant()
             if type(v) in (int, float, bool, str, type(None), torch.dtype, torch.device):
                 return ("const", v)
-        raise UnsupportedError(f"a returned {type(vt).__name__}")
+        src = getattr(vt, "source", None)
+        raise UnsupportedError(f"a returned {type(vt).__name__}"
+                               + (f" ({src.name})" if src is not None else ""))
+
+    seen_new: set = set()
+
+    def new_object(vt, depth):
+        if id(vt) in seen_new:
+            # One object at two places (returned twice, or stored and returned): the version
+            # would build two.
+            raise UnsupportedError("a new object is returned or stored at two places")
+        seen_new.add(id(vt))
+        cls = vt.python_type()
+        name = getattr(cls, "__qualname__", repr(cls))
+        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+            raise UnsupportedError(f"a returned new {name} object (only dataclasses are rebuilt)")
+        fields = dataclasses.fields(cls)
+        if any(not f.init for f in fields):
+            raise UnsupportedError(f"a returned new {name}: a field is not an __init__ argument")
+        attrs = tx.output.side_effects.store_attr_mutations.get(vt) or {}
+        names = [f.name for f in fields]
+        extra = sorted(set(attrs) - set(names))
+        if extra:
+            raise UnsupportedError(
+                f"a returned new {name} has attributes besides its fields: {extra}")
+        items = []
+        for n in names:
+            if n not in attrs:
+                raise UnsupportedError(f"a returned new {name}: field {n!r} not set")
+            items.append((n, walk(attrs[n], depth + 1)))
+        return ("new", cls, items)
 
     result = walk(tx.stack[-1])
     if not stores:
@@ -491,6 +569,99 @@ def _describe_return(tx, gm, stores=()):
                 f"the function mutates a Python object that existed before the call: it "
                 f"stores into {src.name}.{name} a value Trident cannot replay ({e})") from None
     return ("stores", result, out)
+
+
+# Guard kinds whose check `translate` reads from the entry's value's contents.
+_CONTENT_KINDS = ("SEQUENCE_LENGTH", "LIST_LENGTH", "DICT_LENGTH", "DICT_KEYS", "DICT_KEYS_MATCH",
+                  "EMPTY_NN_MODULE_HOOKS_DICT")
+
+
+@dataclass(frozen=True)
+class Presence:
+    """A HASATTR entry's answer, taken before the call: `hasattr(object, name)`."""
+
+    present: bool
+
+
+def _before_call(e):
+    """A guard entry whose value no longer changes with the call: a container's shallow copy
+    for the kinds that read its contents (a function's own **kwargs dict is the one pre-existing
+    container it may change), and for HASATTR a `Presence` (torch >= 2.12 puts HASATTR on the
+    object, with `attr=`; torch <= 2.11 on the attribute's own source, whose value is missing
+    exactly when the attribute is)."""
+    if e.guard_type == "HASATTR":
+        kw = getattr(e.orig_guard.create_fn, "keywords", None) or {}
+        if "attr" in kw:
+            if not e.has_value:
+                return e
+            present = hasattr(e.value, kw["attr"])
+        else:
+            present = bool(e.has_value)
+        return dataclasses.replace(e, value=Presence(present), has_value=True)
+    if e.guard_type in _CONTENT_KINDS and e.has_value and type(e.value) in (dict, list, set):
+        return dataclasses.replace(e, value=type(e.value)(e.value))
+    return e
+
+
+def _item_path(src) -> bool:
+    """Whether `src` is a parameter or an item (by index or key) of one, item of that, ...:
+    a path no attribute store can redirect."""
+    from torch._dynamo.source import DictGetItemSource, GetItemSource, LocalSource
+
+    while isinstance(src, (DictGetItemSource, GetItemSource)):
+        src = src.base
+    return type(src) is LocalSource
+
+
+def _check_new_objects(desc, real) -> str | None:
+    """Why calling each returned dataclass's class with its field values (what the version
+    does on a hit) would not rebuild the object the capturing call returned, or None.  Checked
+    on the capturing call's own result: the same type, instance attributes and, for a dict
+    subclass (a ModelOutput), the same keys in the same order, each value the same object."""
+    if not isinstance(desc, tuple) or not desc:
+        return None
+    tag = desc[0]
+    if tag == "stores":
+        return _check_new_objects(desc[1], real)
+    if tag == "seq":
+        if not isinstance(real, (tuple, list)) or len(real) != len(desc[2]):
+            return "the returned sequence is not what Dynamo described"
+        for d, r in zip(desc[2], real):
+            why = _check_new_objects(d, r)
+            if why:
+                return why
+        return None
+    if tag == "dict":
+        for k, d in desc[1]:
+            why = _check_new_objects(d, real.get(k) if isinstance(real, dict) else None)
+            if why:
+                return why
+        return None
+    if tag != "new":
+        return None
+    cls, items = desc[1], desc[2]
+    name = cls.__qualname__
+    if type(real) is not cls:
+        return f"the returned {name} is a {type(real).__qualname__}"
+    kw = {}
+    for n, d in items:
+        kw[n] = getattr(real, n)
+        why = _check_new_objects(d, kw[n])
+        if why:
+            return why
+    try:
+        again = cls(**kw)
+    except Exception as e:  # noqa: BLE001 - reported as the reason
+        return f"{name}(**fields) raised {type(e).__name__}: {e}"
+
+    def same_items(a, b):
+        return list(a) == list(b) and all(a[k] is b[k] for k in a)
+
+    if not same_items(vars(real), vars(again)):
+        return f"{name}(**fields) does not rebuild the returned object's attributes"
+    if isinstance(real, dict) and not same_items(real, again):
+        return f"{name}(**fields) does not rebuild the returned object's items"
+    return None
 
 
 def _same(t):

@@ -281,6 +281,10 @@ class _VersionGen:
         elif isinstance(g, ir.NotInDict):
             o = self.load(g.source)
             self.lines.append(f"  if (!trt_not_in_dict({o}, {self.mod.name(g.name)})) {fail};")
+        elif isinstance(g, ir.HasAttr):
+            o = self.load(g.source)
+            self.lines.append(f"  if (trt_has_attr({o}, {self.mod.name(g.name)}) != "
+                              f"{int(g.present)}) {fail};")
         elif isinstance(g, ir.CallCheck):
             o = self.load(g.source)
             self.lines.append(f"  if (!trt_call_check({o}, {self.K(g.fn)}, {self.K(g.arg)})) {fail};")
@@ -576,6 +580,13 @@ class _VersionGen:
                     f"if (PyObject_SetAttr({t}, {self.K(st.name)}, {val}) < 0) goto error;")
             res = self.out(o.result)
             self.lines.append(f"  {var} = {res}; {res} = NULL;")
+        elif isinstance(o, ir.OutNew):  # K[cls](**{names: values}), one vectorcall
+            vals = [self.out(x) for x in o.values]
+            argv = f"{var}_argv"
+            self.lines.append(f"  {{ PyObject *{argv}[{max(len(vals), 1)}] = "
+                              f"{{{', '.join(vals) or 'NULL'}}};")
+            self.lines.append(f"    {var} = PyObject_Vectorcall({self.K(o.cls)}, {argv}, 0, "
+                              f"{self.K(o.kwnames)}); if (!{var}) goto error; }}")
         elif isinstance(o, ir.OutDict):
             vals = [self.out(x) for x in o.values]
             self.lines.append(f"  {var} = PyDict_New(); if (!{var}) goto error;")

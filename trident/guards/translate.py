@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import math
+import types
 from dataclasses import dataclass, field
 
 import torch
@@ -243,6 +244,10 @@ def translate(entries, cap, fn, consts: ConstPool, rt) -> tuple:
         elif kind == "NOT_PRESENT_IN_GENERIC_DICT":
             attr = _keyword(g, "attr")
             per_source.append(ir.NotInDict(src, attr))
+        elif kind == "HASATTR":
+            op = _hasattr(g, e, src, conv)
+            if op is not None:
+                per_source.append(op)
         elif kind == "DUPLICATE_INPUT":
             other = conv(_keyword(g, "source_b"))
             last.append(ir.SameObject(src, other))
@@ -328,6 +333,31 @@ def _invert(guard, kind) -> bool:
     return False
 
 
+def _hasattr(g, e, src, conv):
+    """Dynamo's HASATTR as an `ir.HasAttr`, or None where Dynamo checks nothing.  torch >= 2.12
+    puts it on the object's source with the name as `attr=`; torch <= 2.11 on the attribute's
+    own source (`AttrSource(base, name)`).  The answer was taken before the call
+    (`capture.dynamo.Presence`): the call itself may add the attribute."""
+    present = getattr(e.value, "present", None) if e.has_value else None
+    if type(present) is not bool or type(e.value).__name__ != "Presence":
+        raise UnsupportedError(f"HASATTR on {g.name}: its answer before the call is unknown")
+    kw = getattr(g.create_fn, "keywords", None) or {}
+    if "attr" in kw:
+        if not isinstance(kw["attr"], str):
+            raise UnsupportedError(f"HASATTR on {g.name}: attribute {kw['attr']!r}")
+        return ir.HasAttr(src, kw["attr"], present)
+    from torch._dynamo import source as S
+
+    dsrc = g.originating_source
+    if type(dsrc).__name__ in ("NNModuleSource", "UnspecializedNNModuleSource"):
+        dsrc = dsrc.base
+    if type(dsrc).__name__ == "CodeSource":
+        return None  # Dynamo adds no check: a function has a __code__
+    if not isinstance(dsrc, S.AttrSource) or "." in dsrc.member:
+        raise UnsupportedError(f"HASATTR on {g.name}: not an attribute source")
+    return ir.HasAttr(conv(dsrc.base), dsrc.member, present)
+
+
 def _keyword(guard, name):
     fn = guard.create_fn
     kw = getattr(fn, "keywords", None) or {}
@@ -339,6 +369,10 @@ def _keyword(guard, name):
 def _equals(src, value, consts: ConstPool):
     if value is None:
         return ir.IdMatch(src, consts.add(None), "None")
+    if type(value) is types.CodeType:
+        # Equal code objects are nearly always the same object (a function's __code__):
+        # identity is stronger than equality, so a hit is never wrong (an equal copy misses).
+        return ir.IdMatch(src, consts.add(value), f"<code {getattr(value, 'co_qualname', value.co_name)}>")
     if type(value) in (tuple, list) and all(type(v) in _EQ_TYPES for v in value):
         pass
     elif type(value) in (set, frozenset) and all(type(v) in (str, bytes, int) for v in value):

@@ -389,6 +389,11 @@ def _output_tree(cap, out_vals, conv, consts, lo, placeholders) -> ir.Out:
                 raise UnsupportedError("a returned dict has non-constant keys")
             return ir.OutDict(tuple(consts.add(k) for k in keys), tuple(repr(k) for k in keys),
                               tuple(build(v) for _, v in d[1]))
+        if tag == "new":
+            cls, items = d[1], d[2]
+            names = tuple(n for n, _ in items)
+            return ir.OutNew(consts.add(cls), cls.__qualname__, consts.add(names), names,
+                             tuple(build(x) for _, x in items))
         if tag == "stores" and d is cap.ret:
             stores = []
             for src, name, item in d[2]:

@@ -317,6 +317,19 @@ class NotInDict:
 
 
 @dataclass(frozen=True)
+class HasAttr:
+    """`hasattr(source, name)` is `present` (Dynamo's HASATTR).  A lookup that raises anything
+    but AttributeError fails the guard."""
+
+    source: Source
+    name: str
+    present: bool
+
+    def __str__(self) -> str:
+        return f"{'' if self.present else 'not '}hasattr({self.source}, {self.name!r})"
+
+
+@dataclass(frozen=True)
 class CallCheck:
     """`K[fn](source, K[arg]) is True`: a check only the object's own Python
     code can make (an opaque object's guard_fn).  It runs Python on hits."""
@@ -637,6 +650,21 @@ class OutDict:
 
 
 @dataclass(frozen=True)
+class OutNew:
+    """A dataclass object the function created (a ModelOutput): `K[cls](**{names: values})`,
+    one vectorcall with the keyword names `K[kwnames]` (a tuple of str)."""
+
+    cls: int
+    desc: str  # the class's qualified name
+    kwnames: int
+    names: tuple
+    values: tuple
+
+    def __str__(self) -> str:
+        return f"{self.desc}(" + ", ".join(f"{n}={v}" for n, v in zip(self.names, self.values)) + ")"
+
+
+@dataclass(frozen=True)
 class Store:
     """`setattr(target, name, value)` on an object that existed before the call."""
 
@@ -661,7 +689,7 @@ class OutStores:
         return "; ".join(map(str, self.stores)) + f"; return {self.result}"
 
 
-Out = Union[OutSlot, OutSym, OutConst, OutSource, OutSeq, OutDict, OutStores]
+Out = Union[OutSlot, OutSym, OutConst, OutSource, OutSeq, OutDict, OutNew, OutStores]
 
 
 @dataclass(frozen=True)

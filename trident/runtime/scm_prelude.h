@@ -160,6 +160,17 @@ static inline int trt_not_in_dict(PyObject *o, PyObject *name) {
   return r == 0;
 }
 
+/* hasattr(o, name): 1 or 0; -1 (a failed guard either way) when o is missing or the lookup
+   raised something other than AttributeError, which hasattr would propagate. */
+static inline int trt_has_attr(PyObject *o, PyObject *name) {
+  if (!o) return -1;
+  PyObject *v = PyObject_GetAttr(o, name);
+  if (v) { Py_DECREF(v); return 1; }
+  int absent = PyErr_ExceptionMatches(PyExc_AttributeError);
+  PyErr_Clear();
+  return absent ? 0 : -1;
+}
+
 /* fn(o, arg) is True; an exception counts as a failed check. */
 static inline int trt_call_check(PyObject *o, PyObject *fn, PyObject *arg) {
   if (!o) return 0;
