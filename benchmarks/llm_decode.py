@@ -26,7 +26,11 @@ Regions (`--regions norm,mlp,rope,attn`; default none): the filtered modes also 
 of the model's own host code around the Triton operators, under the same warm-up filter as the
 operators: `norm` / `mlp` the forward of the model's RMSNorm / MLP classes (installed on the
 class), `rope` / `attn` its modeling module's rotary-embedding and eager-attention functions
-(installed as the module's global, which the attention forward looks up on every call).
+(installed as the module's global, which the attention forward looks up on every call);
+`selfattn` / `layer` the attention / decoder-layer forwards and `model` the whole
+`*ForCausalLM.forward` (each with its KV-cache update).  Regions nest: an enclosing region's
+capture traces the inner ones as the model's own code, and a region that no warm-up call reached
+(the enclosing region served them all) is dropped as unverified.
 
 Operator filtering (trident and both compile modes): during the warm-up requests every call of
 a registered op runs both the mode's wrapper and the plain eager wrapper (alternating which goes
@@ -1279,7 +1283,8 @@ def write_report(runs, prov, a, path_md, layers_of, elapsed) -> None:
             c = f"{statistics.median(rec.cand) * 1e6:.1f}" if rec.cand else "-"
             b = f"{statistics.median(rec.base) * 1e6:.1f}" if rec.base else "-"
             lines.append(
-                f"| {run.model} | {run.mode} | {op} | {rec.calls} | {c} | {b} | {rec.verdict(region=op not in OPS)} |"
+                f"| {run.model} | {run.mode} | {op} | {rec.calls} | {c} | {b} "
+                f"| {rec.verdict(region=op not in OPS)} |"
             )
     if any(run.breakdown for run in runs):
         lines += [

@@ -177,7 +177,7 @@ class SCM:
     def _make_version(self, cap, reason: str) -> ir.Version:
         consts = ConstPool()
         guards = translate(cap.guard_entries, cap, self.fn, consts, self.rt)
-        conv = SourceConverter(self.fn, consts)
+        conv = SourceConverter(self.fn, consts, cap.installed_globals)
         program, output, nslots = lower(cap, conv, consts, self.rt, guards)
         v = ir.Version(index=len(self.versions), guards=guards, program=program,
                        output=output, nslots=nslots, consts=tuple(consts.objs),

@@ -52,6 +52,8 @@ class Capture:
     notes: list = field(default_factory=list)
     # Guards Trident's adapters add (see capture/adapters.py): (kind, Source, payload).
     extra_guards: list = field(default_factory=list)
+    # Globals Dynamo installed for the trace, name -> object (see SourceConverter.installed).
+    installed_globals: dict = field(default_factory=dict)
     # A dynamic attempt stopped because a Triton launch's autotune key or heuristics read a
     # dynamic size, and this capture is the static retry.
     triton_needs_static: bool = False
@@ -123,6 +125,7 @@ def _check_side_effects(output_graph, own_kwargs: str | None = None) -> list:
     from torch._dynamo.source import LocalSource
 
     stores = []
+    store_objs = []  # the object each store goes to, for _check_described
     for var in list(se.id_to_variable.values()):
         if not se.is_modified(var):
             continue
@@ -149,6 +152,7 @@ def _check_side_effects(output_graph, own_kwargs: str | None = None) -> list:
                         f"the function mutates a Python object that existed before the call: "
                         f"it stores {var.source.name}.{name}, and {why}")
                 stores.append((var.source, name, value))
+                store_objs.append(obj)
             continue
         src = getattr(var, "source", None)
         raise UnsupportedError(
@@ -157,6 +161,7 @@ def _check_side_effects(output_graph, own_kwargs: str | None = None) -> list:
             "Trident replays attribute stores on such objects, not this")
     if se.tensor_hooks:
         raise UnsupportedError("the function registers tensor hooks")
+    output_graph._trident_store_objs = store_objs
     return stores
 
 
@@ -245,6 +250,7 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
         stores = []
         try:
             stores = _check_side_effects(og, _own_kwargs_name(fn))
+            st["store_objs"] = og._trident_store_objs
         except UnsupportedError as e:
             st["unsupported"] = str(e)
         inputs = []
@@ -321,6 +327,10 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
         # read here, before the call (_before_call).
         st["entries"] = [_before_call(e) for e in entries]
         og = st.get("og")
+        if og is not None:  # see SourceConverter.installed
+            scope = getattr(og, "global_scope", None) or {}
+            st["installed"] = {n: scope[n] for n in getattr(og, "installed_globals", ())
+                               if n in scope}
         exprs = []
         if og is not None and any(e.guard_type == "SHAPE_ENV" for e in entries):
             shape_env = og.shape_env
@@ -403,7 +413,7 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
     elif "unsupported" in st:
         reason = st["unsupported"]
     if reason is None:
-        reason = _check_new_objects(st.get("ret"), result)
+        reason = _check_described(st.get("ret"), result, st.get("store_objs", []))
     if reason is not None:
         # The capturing call already ran correctly: hand its result back.
         err = UnsupportedError(reason)
@@ -417,7 +427,8 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
         ret=st.get("ret"),
         tf_mode_stack_len=tf_len,
         dynamic=bool(dynamic),
-        extra_guards=list(adapted.extra_guards))
+        extra_guards=list(adapted.extra_guards),
+        installed_globals=dict(st.get("installed", {})))
 
 
 def _describe_return(tx, gm, stores=(), fn=None):
@@ -431,7 +442,7 @@ def _describe_return(tx, gm, stores=(), fn=None):
     ("new", cls, [(field, item)])  a dataclass object the function created (a Hugging Face
                       ModelOutput): rebuilt by calling cls(field=item, ...); the capture
                       checks that this call rebuilds the object it returned
-                      (_check_new_objects)
+                      (_check_described)
     Dynamo rebuilds the result from exactly this, so nothing is guessed."""
     from torch._dynamo.source import LocalSource
     from torch._dynamo.variables import (ConstantVariable, ConstDictVariable, ListVariable,
@@ -496,6 +507,11 @@ def _describe_return(tx, gm, stores=(), fn=None):
             return node_ref(vt, t.__name__)
         if isinstance(vt, ConstantVariable):
             return ("const", vt.as_python_constant())
+        if isinstance(vt, ConstDictVariable) and own_kwargs is not None:
+            # The function may change its own **kwargs dict, and Dynamo does not say the same
+            # thing of that dict in every version (torch 2.11 returned it with items missing):
+            # a function with **kwargs returns or stores no dict.
+            raise UnsupportedError(f"a function with **{own_kwargs} returns or stores a dict")
         if (isinstance(vt, (TupleVariable, ListVariable, ConstDictVariable))
                 and getattr(vt, "source", None) is not None):
             # An argument (or global) container returned as it came: the same
@@ -563,7 +579,13 @@ def _describe_return(tx, gm, stores=(), fn=None):
     out = []
     for src, name, value in stores:
         try:
-            out.append((src, name, walk(value)))
+            item = walk(value)
+            if own_kwargs is not None and item[0] not in ("out", "in", "const"):
+                # With **kwargs, only tensors, sizes and constants are stored: on torch 2.11 a
+                # stored **kwargs dict escaped every check above and was replayed without
+                # the items the caller passed (a wrong result)
+                raise UnsupportedError(f"a function with **{own_kwargs} stores an object")
+            out.append((src, name, item))
         except UnsupportedError as e:
             raise UnsupportedError(
                 f"the function mutates a Python object that existed before the call: it "
@@ -613,27 +635,46 @@ def _item_path(src) -> bool:
     return type(src) is LocalSource
 
 
-def _check_new_objects(desc, real) -> str | None:
-    """Why calling each returned dataclass's class with its field values (what the version
-    does on a hit) would not rebuild the object the capturing call returned, or None.  Checked
-    on the capturing call's own result: the same type, instance attributes and, for a dict
-    subclass (a ModelOutput), the same keys in the same order, each value the same object."""
+def _check_described(desc, real, store_objs=()) -> str | None:
+    """Why the version's description of the result (and of the values it stores) would not
+    rebuild what the capturing call itself returned and stored, or None.  Checked on that
+    call: containers have the same type, length and keys in order, constants are equal, and
+    calling each new dataclass's class with its field values rebuilds the same object (the same
+    type, instance attributes and, for a dict subclass such as a ModelOutput, the same keys in
+    order, each value the same object).  A description Dynamo got wrong is refused, never run."""
     if not isinstance(desc, tuple) or not desc:
         return None
     tag = desc[0]
     if tag == "stores":
-        return _check_new_objects(desc[1], real)
+        why = _check_described(desc[1], real)
+        if why or len(store_objs) != len(desc[2]):
+            return why or "the stores are not what Dynamo described"
+        for obj, (_, name, item) in zip(store_objs, desc[2]):
+            try:
+                stored = getattr(obj, name)
+            except AttributeError:
+                return f"the stored attribute {name!r} is missing after the call"
+            why = _check_described(item, stored)
+            if why:
+                return f"the value stored in .{name}: {why}"
+        return None
+    if tag == "const":
+        ok = type(real) is type(desc[1]) and (real is desc[1] or real == desc[1])
+        return None if ok else "a returned constant is not what Dynamo described"
     if tag == "seq":
-        if not isinstance(real, (tuple, list)) or len(real) != len(desc[2]):
-            return "the returned sequence is not what Dynamo described"
+        kinds = {"tuple": tuple, "list": list, "size": torch.Size}
+        if type(real) is not kinds[desc[1]] or len(real) != len(desc[2]):
+            return f"a returned {desc[1]} is not what Dynamo described"
         for d, r in zip(desc[2], real):
-            why = _check_new_objects(d, r)
+            why = _check_described(d, r)
             if why:
                 return why
         return None
     if tag == "dict":
+        if type(real) is not dict or list(real) != [k for k, _ in desc[1]]:
+            return "a returned dict is not what Dynamo described"
         for k, d in desc[1]:
-            why = _check_new_objects(d, real.get(k) if isinstance(real, dict) else None)
+            why = _check_described(d, real[k])
             if why:
                 return why
         return None
@@ -646,7 +687,7 @@ def _check_new_objects(desc, real) -> str | None:
     kw = {}
     for n, d in items:
         kw[n] = getattr(real, n)
-        why = _check_new_objects(d, kw[n])
+        why = _check_described(d, kw[n])
         if why:
             return why
     try:

@@ -62,10 +62,14 @@ class ConstPool:
 class SourceConverter:
     """Dynamo Source objects -> IR sources."""
 
-    def __init__(self, fn, consts: ConstPool):
+    def __init__(self, fn, consts: ConstPool, installed: dict | None = None):
         self.fn = fn
         self.index = {n: i for i, n in enumerate(local_names(fn))}
         self.consts = consts
+        # Globals Dynamo installed in fn's globals for the trace (`install_global_by_id`: an
+        # object it reached by identity, such as a module imported inside a function); they are
+        # removed with Dynamo's cache entry, so they are the constants they were named after.
+        self.installed = installed or {}
 
     def __call__(self, src) -> ir.Source:
         from torch._dynamo import source as S
@@ -81,6 +85,9 @@ class SourceConverter:
                 b = self.fn.__builtins__
                 b = b if isinstance(b, dict) else b.__dict__
                 return ir.ConstObj(self.consts.add(b), "builtins")
+            if src.global_name in self.installed:
+                obj = self.installed[src.global_name]
+                return ir.ConstObj(self.consts.add(obj), _describe(obj))
             return ir.Global(src.global_name)
         if isinstance(src, S.AttrSource):
             out = self(src.base)
@@ -167,7 +174,7 @@ def _describe(v) -> str:
 def translate(entries, cap, fn, consts: ConstPool, rt) -> tuple:
     """All guard entries of one capture -> a tuple of IR guard ops, in
     evaluation order: global state, per-source guards, aliasing, shapes."""
-    conv = SourceConverter(fn, consts)
+    conv = SourceConverter(fn, consts, getattr(cap, "installed_globals", None))
     first: list = []
     per_source: list = []
     last: list = []
@@ -372,7 +379,8 @@ def _equals(src, value, consts: ConstPool):
     if type(value) is types.CodeType:
         # Equal code objects are nearly always the same object (a function's __code__):
         # identity is stronger than equality, so a hit is never wrong (an equal copy misses).
-        return ir.IdMatch(src, consts.add(value), f"<code {getattr(value, 'co_qualname', value.co_name)}>")
+        name = getattr(value, "co_qualname", value.co_name)
+        return ir.IdMatch(src, consts.add(value), f"<code {name}>")
     if type(value) in (tuple, list) and all(type(v) in _EQ_TYPES for v in value):
         pass
     elif type(value) in (set, frozenset) and all(type(v) in (str, bytes, int) for v in value):
