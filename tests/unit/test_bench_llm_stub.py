@@ -51,6 +51,23 @@ def test_llm_decode_stub_decoder_layer_region(tmp_path):
     assert "FELL BACK" not in out
 
 
+def test_llm_decode_stub_whole_model_region(tmp_path):
+    """--regions model,layer: Qwen3ForCausalLM.forward (every layer, the KV-cache update, the
+    CausalLMOutputWithPast it returns) under Trident; tokens equal eager's, the model compiled
+    and served the measured requests without a miss (the layer region it encloses is reached
+    by no warm-up call: dropped as unverified, installed through the same wrapper)."""
+    out, md = _run(tmp_path, "m", "--regions", "model,layer", "--prompts", "mmlu,gsm8k",
+                   "--new-tokens", "5")
+    lat = [ln for ln in md.splitlines() if ln.startswith("| qwen3 | ") and " | trident | " in ln
+           and ("same" in ln or "MISMATCH" in ln)]
+    assert len(lat) == 2 and all("same" in ln for ln in lat), md
+    model = [ln for ln in md.splitlines() if ln.startswith("| qwen3 | Qwen3ForCausalLM.forward")]
+    assert len(model) == 1 and "| compiled:" in model[0], md
+    assert "during the measured requests" not in model[0], model
+    assert "dropped (not called during warm-up: unverified)" in md
+    assert "FELL BACK" not in out
+
+
 def test_stalled_tokens_are_reported():
     """A measured token far over its request's median ITL (an autotune or a compile inside a
     measured request) is listed in the report; ordinary jitter is not."""
