@@ -83,10 +83,12 @@ def stats(f):
             # per version: its environment guards, their version-tag records, how many run
             # on every call, whether the block is cached (None before it first ran)
             "env_guards": scm.env_guards(),
-            # per selecting (autotuned) launch: variants by key, native-table
-            # misses (resolver calls), runs of the user's autotuner
+            # per selecting (autotuned) launch: keys seen ("variants"), the distinct
+            # kernels they map to, native-table misses (resolver calls), runs of the
+            # user's autotuner
             "launch_variants": [
                 {"version": v.index, "kernel": ins.kernel, "variants": len(res.table),
+                 "kernels": len(res.kernels),
                  "table_misses": res.calls, "autotuner_runs": res.tuned,
                  "python_only_keys": len(res.python_only)}
                 for v in scm.versions for ins, res in launch_resolvers(v)]}

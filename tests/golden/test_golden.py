@@ -94,7 +94,8 @@ def _triton_select_version() -> ir.Version:
         resolver_const=2,
         keys=(("X", ir.Slot(0), "ptr"), ("Y", ir.Slot(2), "ptr"), ("n", ir.Slot(1), "int")),
         grids=((cdiv(128), ir.IntConst(1), ir.IntConst(1)),
-               (cdiv(1024), ir.IntConst(1), ir.IntConst(1))))
+               (cdiv(1024), ir.IntConst(1), ir.IntConst(1))),
+        transforms=("raw", "raw", "log2"))
     launch = ir.TritonLaunch(
         kernel="scale", symbol="scale", cubin_const=1, num_warps=4,
         num_ctas=1, shared=0, cooperative=False, pdl=False,

@@ -126,3 +126,59 @@ def test_in_place_kernel_runs_once_per_call_on_new_and_known_keys():
         torch.testing.assert_close(y, want)
     assert trident.stats(f)["fallbacks"] == 0
 
+
+
+# An int the autotuner's key does not name only reaches Triton's specialisation:
+# the native key keeps its class (== 1, multiple of 16, width), not its value.
+@triton.autotune(configs=[triton.Config({"BLOCK": 64}, num_warps=2),
+                          triton.Config({"BLOCK": 256}, num_warps=4)], key=["n"])
+@triton.jit
+def _plus_rows(X, Y, rows, n, BLOCK: tl.constexpr):
+    r = tl.program_id(1)
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    tl.store(Y + r * n + i, tl.load(X + r * n + i, mask=m) * 2.0 + rows, mask=m)
+
+
+def _add_rows(x):
+    y = torch.empty_like(x)
+    rows, n = x.shape
+    _plus_rows[lambda meta: (triton.cdiv(n, meta["BLOCK"]), rows)](x, y, rows, n)
+    return y
+
+
+def test_a_size_outside_the_tuner_key_is_keyed_by_its_class():
+    f = trident.jit(_add_rows, strict=True)
+    rows_seen = (3, 5, 7, 9, 3, 32, 48, 17, 1, 1, 33)
+    for rows in rows_seen:
+        x = torch.randn(rows, 256, device=DEV)
+        torch.testing.assert_close(f(x), x * 2.0 + rows)
+    st = trident.stats(f)
+    assert st["fallbacks"] == 0 and st["versions"] <= 2, trident.explain(f)
+    lv = st["launch_variants"]
+    assert lv, trident.explain(f)
+    # odd sizes share one class, 32/48 another, 1 a third: a handful of resolver
+    # calls, not one per new size (7 new sizes after the dynamic version's capture)
+    assert sum(v["table_misses"] for v in lv) <= 2, trident.explain(f)
+    assert sum(v["kernels"] for v in lv) <= sum(v["variants"] for v in lv)
+    assert "rows:int/class=" in trident.explain(f)
+
+
+def test_flaggems_bmm_over_a_growing_length_stays_native():
+    """FlagGems' bmm keys its autotuner on log2 buckets of M, N, K: a decode
+    step's longer KV length inside a known bucket and class never calls back
+    into Python."""
+    flag_gems = pytest.importorskip("flag_gems")
+    from flag_gems.ops.bmm import bmm as fg_bmm
+
+    f = trident.jit(fg_bmm, strict=True)
+    for s in range(100, 128):  # the attention-output bmm of decode: K = the KV length
+        a = torch.randn(8, 1, s, device=DEV, dtype=torch.bfloat16)
+        b = torch.randn(8, s, 128, device=DEV, dtype=torch.bfloat16)
+        torch.testing.assert_close(f(a, b), torch.bmm(a, b), atol=2e-2, rtol=2e-2)
+    st = trident.stats(f)
+    assert st["fallbacks"] == 0, trident.explain(f)
+    lv = st["launch_variants"]
+    # 28 lengths in one log2 bucket (128): their classes are "multiple of 16" or not
+    assert lv and sum(v["table_misses"] for v in lv) <= 8, trident.explain(f)
+    assert "/log2=" in trident.explain(f)

@@ -178,3 +178,59 @@ def test_key_of_matches_the_native_key(rt):
         rt.launch_select_for_test([(0, KEY_CODES["ptr"]), (1, KEY_CODES["int"]),
                                    (2, KEY_CODES["double"])], resolver, [(1, 1, 1)], [vals])
         assert seen[-1] == key_of(("ptr", "int", "double"), tuple(vals))
+
+
+def test_key_transforms_match_the_native_key(rt):
+    """Classes and buckets: the native key and key_of agree on every transform,
+    edge values included (1, multiples of 16, 0, negatives, 32/64-bit, past
+    the exact-bucket limit)."""
+    from trident.triton.launch import KEY_CODES, TRANSFORM_CODES, key_of
+
+    seen = []
+
+    def resolver(key, operands, grids):
+        seen.append(key)
+        return (True, None)
+
+    values = [1, 2, 15, 16, 17, 31, 32, 33, 100, 127, 128, 129, 0, -1, -5, -40, 2**31 - 1,
+              2**31, -2**31, -2**31 - 1, 2**40, 2**40 + 1, 2**40 - 1, 2**62]
+    for t in ("raw", "class", "log2", "align32"):
+        keys = [(0, KEY_CODES["int"], TRANSFORM_CODES[t])]
+        got = rt.launch_select_for_test(keys, resolver, [(1, 1, 1)], [[v] for v in values])
+        assert got == [None] * len(values)
+        assert seen[-len(values):] == [key_of(("int",), (v,), (t,)) for v in values], t
+
+
+def test_buckets_are_flaggems_strategies():
+    """log2 / align32 are FlagGems' LibTuner "log" and "align32" strategies
+    (2 ** ceil(log2 v), ceil(v / 32) * 32) wherever they are used."""
+    import math
+
+    from trident.triton.launch import bucket, spec_class
+
+    for v in list(range(1, 5000)) + [2**k + d for k in range(13, 40) for d in (-1, 0, 1)] + [2**40]:
+        assert bucket("log2", v) == 2 ** math.ceil(math.log2(v)), v
+    for v in list(range(-200, 5000)) + [2**40 - 3, 2**39 + 17]:
+        assert bucket("align32", v) == math.ceil(v / 32) * 32, v
+    # a value's class separates what Triton specialises on
+    assert len({spec_class(v) for v in (1, 16, 3, 2**31, 2**31 + 1)}) == 5
+    assert spec_class(3) == spec_class(5) and spec_class(32) == spec_class(48)
+
+
+def test_one_variant_object_for_many_keys_launches_each_with_its_values(rt):
+    """Keys that share a variant object (one CUBIN) launch it with their own
+    operand values; the shared variant keeps its grid row."""
+    x = torch.randn(64)
+    variant = ("k", b"cubin", 4, 1, 0, 0, 0, 1, (param("ptr", 0, div16=1), param("i32", 1)))
+    calls = []
+
+    def resolver(key, operands, grids):
+        calls.append(key)
+        return (False, variant)
+
+    got = rt.launch_select_for_test([(0, K["ptr"]), (1, K["int"])], resolver,
+                                    [(1, 1, 1), (2, 1, 1)], [[x, 3], [x, 5], [x, 3], [x, 7]])
+    assert len(calls) == 3  # 3, 5, 7: raw keys
+    for (row, packed), n in zip(got, (3, 5, 3, 7)):
+        assert row == 1
+        assert words(packed)[1][:4] == struct.pack("<i", n)

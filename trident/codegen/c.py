@@ -474,10 +474,12 @@ class _VersionGen:
         cub = f"S->K[{t.cubin_const}]"
         sel = "NULL, 0, NULL"
         if t.select is not None:
-            from ..triton.launch import KEY_CODES
+            from ..triton.launch import KEY_CODES, TRANSFORM_CODES
 
-            ks = ", ".join(f"{{{a.index}, {KEY_CODES[kind]}}}" for _n, a, kind in t.select.keys)
-            stmts.append(f"    static const trt_launch_key keys[] = {{{ks or '{0, 0}'}}};")
+            ts = t.select.transforms or ("raw",) * len(t.select.keys)
+            ks = ", ".join(f"{{{a.index}, {KEY_CODES[kind]}, {TRANSFORM_CODES[tr]}}}"
+                           for (_n, a, kind), tr in zip(t.select.keys, ts))
+            stmts.append(f"    static const trt_launch_key keys[] = {{{ks or '{0, 0, 0}'}}};")
             sel = f"S->K[{t.select.resolver_const}], {len(t.select.keys)}, keys"
         stmts.append(f"    trt_launch_spec s = {{{_cstr(t.symbol)}, PyBytes_AS_STRING({cub}), "
                      f"(int64_t)PyBytes_GET_SIZE({cub}), {t.num_warps}, {t.num_ctas}, {t.shared}, "

@@ -225,7 +225,7 @@ class _Lowering:
         (its config, specialisation and grid then vary per call), else None."""
         from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
 
-        from ..triton.launch import Resolver, key_of, select_info
+        from ..triton.launch import Resolver, key_of, key_transforms, select_info
 
         kernel = kernel_side_table.get_kernel(rec.kernel_idx)
         info = select_info(kernel)
@@ -259,17 +259,18 @@ class _Lowering:
             rows.append(tuple(self.sym_operand(x) for x in g))
         consts = dict(kernel_side_table.get_constant_args(rec.constant_args_idx))
         consts.update({n: v for n, v in node_kwargs.items() if not isinstance(v, torch.fx.Node)})
+        transforms = key_transforms(user_tuner, names, kinds, jit)
         resolver = Resolver(dynamo_tuner, user_tuner, jit, names, kinds, consts, args, self.rt,
-                            len(rows))
+                            len(rows), transforms)
         # seed the table with the capturing call's own variant
         real = {**consts, **rec.kwargs}
-        key = key_of(tuple(kinds), tuple(rec.kwargs[n] for n in names))
+        key = key_of(tuple(kinds), tuple(rec.kwargs[n] for n in names), transforms)
         best = rec.best_config or user_tuner.best_config
         real_grids = [tuple(g) + (1,) * (3 - len(g)) for g in rec.grid] or [(1, 1, 1)]
         if resolver.variant(key, real, best, real_grids) is None:
             raise UnsupportedError(f"autotuned launch of {jit.fn.__qualname__}: "
                                    f"{resolver.python_only.get(key)}")
-        return ir.LaunchSelect(self.consts.add(resolver), tuple(keys), tuple(rows))
+        return ir.LaunchSelect(self.consts.add(resolver), tuple(keys), tuple(rows), transforms)
 
     def node(self, node) -> None:
         t = node.target

@@ -578,9 +578,12 @@ class LaunchSelect:
     resolver_const: int   # K index of the triton.launch.Resolver
     keys: tuple           # ((name, Slot, kind)), kind: ptr | int | double
     grids: tuple          # per config row: three SymExpr
+    transforms: tuple = ()  # per key: raw | class | log2 | align32 (what the key keeps)
 
     def __str__(self) -> str:
-        ks = ", ".join(f"{n}:{k}={a}" for n, a, k in self.keys)
+        ts = self.transforms or ("raw",) * len(self.keys)
+        ks = ", ".join(f"{n}:{k}{'' if t == 'raw' else '/' + t}={a}"
+                       for (n, a, k), t in zip(self.keys, ts))
         return (f"select key({ks}) over {len(self.grids)} grid rows, "
                 f"variants by K[{self.resolver_const}]")
 

@@ -1164,7 +1164,7 @@ PyObject* py_launch_pack_for_test(PyObject*, PyObject* args) {
 }
 
 // launch_select_for_test(keys, resolver, grids, calls): one selecting launch
-// (keys: [(slot, kind)]) run over several calls without a GPU.  calls: a list
+// (keys: [(slot, kind[, transform])]) run over several calls without a GPU.  calls: a list
 // of frames (lists of tensors, ints, floats); grids: [(gx, gy, gz)] rows.
 // Returns, per call, what launch_select would do: None when the resolver
 // launched, ("precondition",), or (grid_index, packed parameter bytes).
@@ -1177,7 +1177,9 @@ PyObject* py_launch_select_for_test(PyObject*, PyObject* args) {
   std::vector<trt_launch_key> ks;
   for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys); ++i) {
     trt_launch_key k;
-    if (!PyArg_ParseTuple(PyList_GET_ITEM(keys, i), "ii", &k.slot, &k.kind)) return nullptr;
+    k.transform = TRT_KT_RAW;
+    if (!PyArg_ParseTuple(PyList_GET_ITEM(keys, i), "ii|i", &k.slot, &k.kind, &k.transform))
+      return nullptr;
     ks.push_back(k);
   }
   std::vector<int64_t> g;

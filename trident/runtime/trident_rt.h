@@ -96,12 +96,25 @@ typedef struct trt_launch_param {
 /* One part of a selecting launch's key, read from a frame slot. */
 enum {
   TRT_K_PTR = 0,    /* a tensor: 1 if its data pointer is 16-byte aligned, else 0 */
-  TRT_K_INT = 1,    /* an int (or bool): its value */
+  TRT_K_INT = 1,    /* an int (or bool): its value, or its class (transform below) */
   TRT_K_DOUBLE = 2  /* a float: its bits */
+};
+/* What an int key part keeps of the value.  Every transform but RAW adds a
+   second key word, the value's specialisation class (== 1, multiple of 16,
+   32/64-bit range): Triton compiles one CUBIN per class.  CLASS: an operand
+   only Triton's specialisation reads (not in the autotuner's key); LOG2 and
+   ALIGN32: a key operand the autotuner buckets (FlagGems' LibTuner "log":
+   2 ** ceil(log2 v), "align32": ceil(v / 32) * 32). */
+enum {
+  TRT_KT_RAW = 0,
+  TRT_KT_CLASS = 1,
+  TRT_KT_LOG2 = 2,
+  TRT_KT_ALIGN32 = 3
 };
 typedef struct trt_launch_key {
   int32_t slot;
   int32_t kind;
+  int32_t transform; /* TRT_KT_*; TRT_K_INT only */
 } trt_launch_key;
 
 typedef struct trt_launch_spec {

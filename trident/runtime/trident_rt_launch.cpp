@@ -52,10 +52,12 @@ struct trt_kernel {
   void* function[kMaxDevices] = {nullptr};
 };
 
-// A selecting launch's variant: the kernel one key maps to.
+// A selecting launch's variant: the kernel one key maps to.  Keys whose
+// resolver returned the same variant object share one kernel (one module
+// load per device), whatever their number.
 struct trt_variant {
   std::vector<int64_t> key;
-  trt_kernel kernel;
+  std::shared_ptr<trt_kernel> kernel;
   int32_t grid = 0;  // which row of the grids this variant's configuration uses
 };
 
@@ -68,6 +70,9 @@ struct trt_launch {
   std::vector<std::unique_ptr<trt_variant>> variants;
   std::unordered_multimap<uint64_t, size_t> index;
   size_t last = SIZE_MAX;  // the variant the previous call used
+  // The resolver's variant objects (owned references) and their parsed
+  // kernels: a variant returned again for another key is not parsed again.
+  std::vector<std::pair<PyObject*, std::shared_ptr<trt_variant>>> parsed;
 };
 
 namespace trident {
@@ -367,10 +372,43 @@ int launch_kernel(trt_kernel* l, trt_frame* f, int64_t gx, int64_t gy, int64_t g
 constexpr uint64_t kFnvBasis = 1469598103934665603ull;
 constexpr uint64_t kFnvPrime = 1099511628211ull;
 
-// Computes the key of this call.  false with a Python exception when a slot
-// does not hold what the key expects.
-bool compute_key(const trt_launch* l, trt_frame* f, int64_t* key, uint64_t* hash) {
+// Triton compiles one CUBIN per specialisation class of an int argument:
+// == 1, a multiple of 16, and its width (32 or 64 bits).
+int64_t spec_class(int64_t x) {
+  const bool i32 = x >= std::numeric_limits<int32_t>::min() &&
+                   x <= std::numeric_limits<int32_t>::max();
+  return static_cast<int64_t>(x == 1) | (static_cast<int64_t>(x % 16 == 0) << 1) |
+         (static_cast<int64_t>(!i32) << 2);
+}
+
+// The bucket FlagGems' LibTuner strategies give a key value, for the values
+// where they are exact (|v| <= 2**40); beyond, the value itself (a finer
+// key, never a coarser one).
+constexpr int64_t kBucketLimit = int64_t{1} << 40;
+
+int64_t bucket(int32_t transform, int64_t x) {
+  if (transform == TRT_KT_LOG2) {  // 2 ** ceil(log2 x)
+    if (x < 1 || x > kBucketLimit) return x;
+    int64_t p = 1;
+    while (p < x) p <<= 1;
+    return p;
+  }
+  if (transform == TRT_KT_ALIGN32) {  // ceil(x / 32) * 32
+    if (x < -kBucketLimit || x > kBucketLimit) return x;
+    return (x > 0 ? (x + 31) / 32 : x / 32) * 32;
+  }
+  return x;
+}
+
+// Computes the key of this call (*nkey words).  false with a Python exception
+// when a slot does not hold what the key expects.
+bool compute_key(const trt_launch* l, trt_frame* f, int64_t* key, size_t* nkey, uint64_t* hash) {
   uint64_t h = kFnvBasis;
+  size_t n = 0;
+  auto put = [&](int64_t x) {
+    key[n++] = x;
+    h = (h ^ static_cast<uint64_t>(x)) * kFnvPrime;
+  };
   for (size_t i = 0; i < l->keys.size(); ++i) {
     const trt_launch_key& k = l->keys[i];
     const c10::IValue& v = f->slots[k.slot];
@@ -380,7 +418,7 @@ bool compute_key(const trt_launch* l, trt_frame* f, int64_t* key, uint64_t* hash
         PyErr_SetString(PyExc_TypeError, "trident: a Triton pointer argument is not a tensor");
         return false;
       }
-      x = (reinterpret_cast<uintptr_t>(v.toTensor().data_ptr()) % 16) == 0;
+      put((reinterpret_cast<uintptr_t>(v.toTensor().data_ptr()) % 16) == 0);
     } else if (k.kind == TRT_K_INT) {
       if (v.isBool()) {
         x = v.toBool();
@@ -389,6 +427,22 @@ bool compute_key(const trt_launch* l, trt_frame* f, int64_t* key, uint64_t* hash
       } else {
         PyErr_SetString(PyExc_TypeError, "trident: a Triton integer argument is not an int");
         return false;
+      }
+      switch (k.transform) {
+        case TRT_KT_RAW:
+          put(x);
+          break;
+        case TRT_KT_CLASS:
+          put(spec_class(x));
+          break;
+        case TRT_KT_LOG2:
+        case TRT_KT_ALIGN32:
+          put(bucket(k.transform, x));
+          put(spec_class(x));
+          break;
+        default:
+          PyErr_Format(PyExc_RuntimeError, "trident: bad launch key transform %d", k.transform);
+          return false;
       }
     } else if (k.kind == TRT_K_DOUBLE) {
       double d = 0.0;
@@ -401,13 +455,13 @@ bool compute_key(const trt_launch* l, trt_frame* f, int64_t* key, uint64_t* hash
         return false;
       }
       std::memcpy(&x, &d, sizeof(x));
+      put(x);
     } else {
       PyErr_Format(PyExc_RuntimeError, "trident: bad launch key kind %d", k.kind);
       return false;
     }
-    key[i] = x;
-    h = (h ^ static_cast<uint64_t>(x)) * kFnvPrime;
   }
+  *nkey = n;
   *hash = h;
   return true;
 }
@@ -416,7 +470,7 @@ bool same_key(const trt_variant& v, const int64_t* key, size_t n) {
   return v.key.size() == n && (n == 0 || std::memcmp(v.key.data(), key, n * sizeof(int64_t)) == 0);
 }
 
-// Parses the resolver's variant tuple into `v` (key set by the caller).
+// Parses the resolver's variant tuple into `v`'s kernel and grid.
 bool parse_variant(PyObject* t, trt_variant* v, int32_t ngrids) {
   const char* name = nullptr;
   PyObject* cubin = nullptr;
@@ -445,7 +499,8 @@ bool parse_variant(PyObject* t, trt_variant* v, int32_t ngrids) {
     ps.push_back(p);
   }
   v->grid = grid;
-  return fill_kernel(&v->kernel, name, PyBytes_AS_STRING(cubin),
+  v->kernel = std::make_shared<trt_kernel>();
+  return fill_kernel(v->kernel.get(), name, PyBytes_AS_STRING(cubin),
                      static_cast<size_t>(PyBytes_GET_SIZE(cubin)), nw, nc, sh, coop, pdl,
                      ps.data(), static_cast<int32_t>(ps.size()));
 }
@@ -453,19 +508,21 @@ bool parse_variant(PyObject* t, trt_variant* v, int32_t ngrids) {
 // Calls the resolver for a key not in the table.  Returns 1 if the resolver
 // launched this call itself, 0 with *out set to the variant to launch, -1 on
 // error.
-int resolve_key(trt_launch* l, trt_frame* f, const int64_t* key, uint64_t hash,
+int resolve_key(trt_launch* l, trt_frame* f, const int64_t* key, size_t nkey, uint64_t hash,
                 const int64_t* grids, int32_t ngrids, trt_variant** out) {
-  const size_t nk = l->keys.size();
-  PyObject* keyt = PyTuple_New(static_cast<Py_ssize_t>(nk));
-  PyObject* ops = PyTuple_New(static_cast<Py_ssize_t>(nk));
+  const size_t nops = l->keys.size();
+  PyObject* keyt = PyTuple_New(static_cast<Py_ssize_t>(nkey));
+  PyObject* ops = PyTuple_New(static_cast<Py_ssize_t>(nops));
   PyObject* gs = PyTuple_New(ngrids);
   PyObject* res = nullptr;
   int rc = -1;
   if (!keyt || !ops || !gs) goto done;
-  for (size_t i = 0; i < nk; ++i) {
+  for (size_t i = 0; i < nkey; ++i) {
     PyObject* k = PyLong_FromLongLong(key[i]);
     if (!k) goto done;
     PyTuple_SET_ITEM(keyt, i, k);
+  }
+  for (size_t i = 0; i < nops; ++i) {
     PyObject* o = slot_to_py(f, l->keys[i].slot);
     if (!o) goto done;
     PyTuple_SET_ITEM(ops, i, o);
@@ -490,8 +547,22 @@ int resolve_key(trt_launch* l, trt_frame* f, const int64_t* key, uint64_t hash,
     trt_variant* v = nullptr;
     if (vt != Py_None) {
       auto nv = std::make_unique<trt_variant>();
-      nv->key.assign(key, key + nk);
-      if (!parse_variant(vt, nv.get(), ngrids)) goto done;
+      nv->key.assign(key, key + nkey);
+      const trt_variant* seen = nullptr;
+      for (const auto& p : l->parsed) {
+        if (p.first == vt) seen = p.second.get();
+      }
+      if (seen) {
+        nv->kernel = seen->kernel;
+        nv->grid = seen->grid;
+      } else {
+        auto pv = std::make_shared<trt_variant>();
+        if (!parse_variant(vt, pv.get(), ngrids)) goto done;
+        Py_INCREF(vt);
+        l->parsed.emplace_back(vt, pv);
+        nv->kernel = pv->kernel;
+        nv->grid = pv->grid;
+      }
       v = nv.get();
       l->index.emplace(hash, l->variants.size());
       l->variants.push_back(std::move(nv));
@@ -518,14 +589,14 @@ done:
 // launched, -1 on error.
 int select_variant(trt_launch* l, trt_frame* f, const int64_t* grids, int32_t ngrids,
                    trt_variant** out) {
-  int64_t key[kMaxParams];
+  int64_t key[2 * kMaxParams];  // at most two words per key part
   uint64_t hash = 0;
+  size_t nk = 0;
   if (l->keys.size() > static_cast<size_t>(kMaxParams)) {
     PyErr_SetString(PyExc_RuntimeError, "trident: launch key too long");
     return -1;
   }
-  if (!compute_key(l, f, key, &hash)) return -1;
-  const size_t nk = l->keys.size();
+  if (!compute_key(l, f, key, &nk, &hash)) return -1;
   if (l->last < l->variants.size() && same_key(*l->variants[l->last], key, nk)) {
     *out = l->variants[l->last].get();
     return 0;
@@ -538,7 +609,7 @@ int select_variant(trt_launch* l, trt_frame* f, const int64_t* grids, int32_t ng
       return 0;
     }
   }
-  return resolve_key(l, f, key, hash, grids, ngrids, out);
+  return resolve_key(l, f, key, nk, hash, grids, ngrids, out);
 }
 
 }  // namespace
@@ -564,6 +635,7 @@ trt_launch* launch_new(const trt_launch_spec* s) {
 void launch_free(trt_launch* l) {
   if (!l) return;
   Py_XDECREF(l->resolver);
+  for (auto& p : l->parsed) Py_DECREF(p.first);
   delete l;
 }
 
@@ -588,7 +660,7 @@ int launch_select(trt_launch* l, trt_frame* f, const int64_t* grids, int32_t ngr
   if (r < 0) return TRT_FAIL;
   if (r == 1) return TRT_OK;
   const int64_t* g = grids + 3 * v->grid;
-  return launch_kernel(&v->kernel, f, g[0], g[1], g[2]);
+  return launch_kernel(v->kernel.get(), f, g[0], g[1], g[2]);
   END_HANDLE_TH_ERRORS_RET(TRT_FAIL)
 }
 
@@ -612,7 +684,7 @@ PyObject* launch_select_for_test(trt_launch* l, trt_frame* f, const int64_t* gri
   if (r == 1) Py_RETURN_NONE;
   uint64_t storage[kMaxParams];
   int n = 0, device = -1;
-  const PackResult p = pack(&v->kernel, f, storage, &n, &device, /*require_cuda=*/false);
+  const PackResult p = pack(v->kernel.get(), f, storage, &n, &device, /*require_cuda=*/false);
   if (p == kError) return nullptr;
   if (p == kPrecondition) return Py_BuildValue("(s)", "precondition");
   return Py_BuildValue("(iy#)", v->grid, reinterpret_cast<const char*>(storage),

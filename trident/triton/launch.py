@@ -189,6 +189,9 @@ def launch_params(res: Resolved, args: dict, rt) -> list:
 PARAM_CODES = {"ptr": 0, "i1": 1, "i8": 2, "i16": 3, "i32": 4, "i64": 5, "u8": 6, "u16": 7,
                "u32": 8, "u64": 9, "fp16": 10, "bf16": 11, "fp32": 12, "fp64": 13, "one": 14}
 KEY_CODES = {"ptr": 0, "int": 1, "double": 2}
+# trt_launch_key transforms of an int key part (runtime/trident_rt.h)
+TRANSFORM_CODES = {"raw": 0, "class": 1, "log2": 2, "align32": 3}
+_BUCKET_LIMIT = 1 << 40
 _MISSING = object()
 
 
@@ -234,17 +237,98 @@ def select_info(kernel):
     return kernel, user, kernel.fn
 
 
-def key_of(kinds: tuple, values: tuple) -> tuple:
+def spec_class(x: int) -> int:
+    """What Triton's specialisation reads of an int argument (== 1, a multiple
+    of 16, 32 or 64 bits), as one number: the native key's class word."""
+    return int(x == 1) | (int(x % 16 == 0) << 1) | (int(not -2**31 <= x < 2**31) << 2)
+
+
+def bucket(transform: str, x: int) -> int:
+    """FlagGems' LibTuner key strategies ("log", "align32"), where exact."""
+    if transform == "log2" and 1 <= x <= _BUCKET_LIMIT:
+        return 1 << (x - 1).bit_length()
+    if transform == "align32" and -_BUCKET_LIMIT <= x <= _BUCKET_LIMIT:
+        return -(-x // 32) * 32
+    return x
+
+
+def key_of(kinds: tuple, values: tuple, transforms: tuple = ()) -> tuple:
     """The selection key launch_select computes natively, from Python values."""
     out = []
-    for kind, v in zip(kinds, values):
+    transforms = tuple(transforms) or ("raw",) * len(kinds)
+    for kind, v, t in zip(kinds, values, transforms):
         if kind == "ptr":
             out.append(int(v.data_ptr() % 16 == 0))
         elif kind == "int":
-            out.append(int(v))
+            x = int(v)
+            if t == "raw":
+                out.append(x)
+            elif t == "class":
+                out.append(spec_class(x))
+            else:
+                out += [bucket(t, x), spec_class(x)]
         else:
             out.append(struct.unpack("<q", struct.pack("<d", float(v)))[0])
     return tuple(out)
+
+
+def key_transforms(tuner, names, kinds, jit=None) -> tuple:
+    """Per key operand, what the native key keeps of it (TRANSFORM_CODES).
+
+    A variant (config and CUBIN) is a function of the autotuner's key and of
+    Triton's specialisation of each argument (heuristics are constants of the
+    version, config pre_hooks are refused).  So an int operand the tuner's key
+    does not name keeps only its specialisation class, and a key operand the
+    tuner buckets with a strategy known here keeps its bucket and class.
+    Triton's own Autotuner keys on raw values; FlagGems' LibTuner on its
+    strategies.  Any other tuner (its own `run`): every int stays raw, as
+    does an operand that is not a plain (non-constexpr) parameter of `jit`."""
+    try:
+        from triton.runtime.autotuner import Autotuner
+    except ImportError:  # pragma: no cover - only reached with Triton
+        return ("raw",) * len(names)
+    tk = [k for k in (getattr(tuner, "keys", None) or ())]
+    per_key: dict | None
+    if type(tuner).run is Autotuner.run:
+        per_key = {k: "raw" for k in tk}
+    else:
+        per_key = _libtuner_strategies(tuner, tk)
+    plain = None
+    if jit is not None:
+        plain = {p.name for p in getattr(jit, "params", ())
+                 if not getattr(p, "is_constexpr", True)}
+    out = []
+    for n, kind in zip(names, kinds):
+        if kind != "int" or per_key is None or plain is None or n not in plain:
+            out.append("raw")
+        else:
+            out.append(per_key.get(n, "class"))
+    return tuple(out)
+
+
+def _libtuner_strategies(tuner, keys) -> dict | None:
+    """{key name: transform} for a FlagGems LibTuner (its cache key is
+    get_key(args): each key's strategy, then the tensors' dtypes), else None."""
+    cls = type(tuner)
+    lib = next((c for c in cls.__mro__ if c.__name__ == "LibTuner"
+                and c.__module__.startswith("flag_gems.")), None)
+    table = getattr(lib, "_strategy_table", None)
+    if lib is None or not isinstance(table, dict) or cls.run is not lib.run:
+        return None
+    if cls.get_key is not lib.get_key:
+        return None
+    strategy = getattr(tuner, "strategy", None)
+    if strategy is None:
+        return {k: "raw" for k in keys}
+    if len(strategy) != len(keys):
+        return None
+    known = {"log": "log2", "align32": "align32", "default": "raw", None: "raw"}
+    out = {}
+    for k, fn in zip(keys, strategy):
+        name = next((n for n, f in table.items() if f is fn and n in known), _MISSING)
+        # an unknown strategy: the raw value (finer than any bucket)
+        out[k] = known[name] if name is not _MISSING else "raw"
+    return out
 
 
 class Resolver:
@@ -255,16 +339,24 @@ class Resolver:
     config.  A key it has seen returns its variant at once; a new key runs the
     user's autotuner exactly as eager would (benchmarking a key it has not
     tuned, then launching the chosen config), and the CUBIN Triton compiled for
-    that config and these arguments becomes the key's variant.  Its table
-    outlives SCM rebuilds (it lives in the version's constant pool)."""
+    that config and these arguments becomes the key's variant.  Keys that
+    come to the same CUBIN and grid row get the same variant object, which
+    the native side parses (and loads) once.  Its table outlives SCM rebuilds
+    (it lives in the version's constant pool).
+
+    The key is what key_transforms keeps of each operand: a bucket of the
+    tuner's and a specialisation class where that is all the variant
+    depends on, so a new size inside a known bucket and class (a decode
+    step's longer KV length) never leaves native code."""
 
     def __init__(self, dynamo_tuner, user_tuner, jit, names, kinds, const_kwargs, args, rt,
-                 nrows):
+                 nrows, transforms=()):
         self.dynamo_tuner = dynamo_tuner
         self.user_tuner = user_tuner
         self.jit = jit
         self.names = tuple(names)
         self.kinds = tuple(kinds)
+        self.transforms = tuple(transforms) or ("raw",) * len(self.kinds)
         self.const_kwargs = dict(const_kwargs)
         self.args = dict(args)
         self.rt = rt
@@ -272,6 +364,7 @@ class Resolver:
         self.table: dict = {}
         self.configs: dict = {}      # key -> the config, for humans
         self.python_only: dict = {}  # key -> why it launches through Triton each time
+        self.kernels: dict = {}      # variant -> itself: one object per distinct variant
         self.calls = 0               # resolver calls (native table misses)
         self.tuned = 0               # of which ran the user's autotuner
 
@@ -325,12 +418,13 @@ class Resolver:
              int(bool(getattr(md, "launch_cooperative_grid", False))),
              int(bool(getattr(md, "launch_pdl", False))), self.grid_row(c),
              tuple(param_tuple(p) for p in params))
+        v = self.kernels.setdefault(v, v)
         self.table[key] = v
         self.configs[key] = str(cfg)
         return v
 
     def summary(self) -> str:
-        s = (f"{len(self.table)} variants, {self.calls} table misses, "
+        s = (f"{len(self.table)} keys, {len(self.kernels)} kernels, {self.calls} table misses, "
              f"{self.tuned} autotuner runs")
         if self.python_only:
             s += f", {len(self.python_only)} keys through Triton"
