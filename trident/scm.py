@@ -133,9 +133,10 @@ class SCM:
             result = self.fn(*args, **kwargs)
             return self._fall_back(f"capture failed: {e}", None, None, result=result)
         except UnsupportedError as e:
-            if hasattr(e, "result"):
+            if hasattr(e, "result"):  # the capturing call ran
                 return self._fall_back(str(e), None, None, result=e.result)
-            raise
+            # refused before anything ran: the call runs eagerly
+            return self._fall_back(str(e), args, kwargs)
         self.stats.captures += 1
         if cap.triton_needs_static and self.static_after is None:
             self.static_after = len(self.versions)

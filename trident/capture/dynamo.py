@@ -64,6 +64,12 @@ class _NeedStatic(Exception):
     read a dynamic size: capture again with static shapes (nothing ran)."""
 
 
+class _Refused(Exception):
+    """Raised by the backend when the capture is refused before anything ran: the call then
+    runs eagerly, not through Dynamo's bytecode (torch 2.11's replay of a stored **kwargs
+    dict lost the caller's items: what Trident refuses, Dynamo may not run right either)."""
+
+
 class _GraphRunError(Exception):
     """Wraps an exception raised while running the captured graph itself."""
 
@@ -306,6 +312,9 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
         if has_triton and dynamic is not False and _triton_needs_static(gm):
             st["need_static"] = True
             raise _NeedStatic()
+        if "unsupported" in st:
+            st["refused"] = True
+            raise _Refused(st["unsupported"])
         st["launches"] = []
 
         def runner(*a):
@@ -378,6 +387,9 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
     except _GraphRunError as e:
         raise e.exc from None
     except Exception as e:  # noqa: BLE001
+        if st.get("refused"):
+            # Nothing ran: no `result`, so the caller runs the function eagerly.
+            raise UnsupportedError(st["unsupported"]) from None
         if dynamic is not False and (st.get("need_static") or st["calls"] == 0):
             # Nothing ran yet (Dynamo stopped while tracing, or the backend
             # asked for static shapes): a dynamic size may be what Dynamo or
