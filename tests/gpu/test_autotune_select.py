@@ -154,12 +154,15 @@ def test_a_size_outside_the_tuner_key_is_keyed_by_its_class():
         x = torch.randn(rows, 256, device=DEV)
         torch.testing.assert_close(f(x), x * 2.0 + rows)
     st = trident.stats(f)
-    assert st["fallbacks"] == 0 and st["versions"] <= 2, trident.explain(f)
+    # 3 (static), then one dynamic version; 1 is a version of its own (Dynamo's 0/1
+    # specialisation)
+    assert st["fallbacks"] == 0 and st["versions"] <= 3, trident.explain(f)
     lv = st["launch_variants"]
     assert lv, trident.explain(f)
-    # odd sizes share one class, 32/48 another, 1 a third: a handful of resolver
-    # calls, not one per new size (7 new sizes after the dynamic version's capture)
-    assert sum(v["table_misses"] for v in lv) <= 2, trident.explain(f)
+    # odd sizes share one class, 32/48 another: a handful of resolver calls (a new class,
+    # or a known key asked again after an SCM rebuild), not one per new size (7 of them
+    # after the dynamic version's capture)
+    assert sum(v["table_misses"] for v in lv) <= 4, trident.explain(f)
     assert sum(v["kernels"] for v in lv) <= sum(v["variants"] for v in lv)
     assert "rows:int/class=" in trident.explain(f)
 

@@ -161,4 +161,4 @@ def test_stores_through_setattr_or_descriptor_match_eager(cls):
         assert oe.log == ot.log  # the custom __setattr__ ran once per call, as in eager
         assert st["fallbacks"] == 1 and "defines __setattr__" in st["fallback_reason"]
     else:  # the setter Dynamo inlined stores `_v`: replayed natively
-        assert st["fallbacks"] == 0 and sum(st["hits"]) > 0
+        assert st["fallbacks"] == 0 and sum(st["hits"]) > 0, st["fallback_reason"]
