@@ -931,8 +931,10 @@ class ModeSession:
 
 
 def measured_order(a) -> list:
-    """(prompt set, prompt index) of every measured request, set by set."""
-    return [(s, r % len(PROMPT_SETS[s])) for s in a.prompts for r in range(a.requests)]
+    """(prompt set, prompt index) of every measured request: round r holds request r of every
+    prompt set, so that a slow stretch of the machine (it drifts over a run) falls on every
+    set alike rather than on the last one."""
+    return [(s, r % len(PROMPT_SETS[s])) for r in range(a.requests) for s in a.prompts]
 
 
 def run_mode(mode, name, model, prov: Provider, a, prompts, deadline) -> ModeRun:
@@ -1096,11 +1098,17 @@ STALL_FACTOR, STALL_MIN_S = 10.0, 0.05
 
 def stalls(runs) -> list:
     """Report lines for measured tokens that took over STALL_FACTOR times their request's
-    median ITL (and over STALL_MIN_S): an autotune, a compile or a recompile inside a measured
+    median ITL (a first token: the mode's median TTFT) and over STALL_MIN_S: an autotune, a compile or a recompile inside a measured
     request (e.g. FlagGems tuning a bmm for a KV length no warm-up request reached)."""
     out = []
     for run in runs:
+        ttfts = [r.ttft for r in run.requests if not math.isnan(r.ttft)]
+        m0 = statistics.median(ttfts) if ttfts else float("nan")
         for r in run.requests:
+            if r.ttft > STALL_FACTOR * m0 and r.ttft > STALL_MIN_S:
+                out.append(f"- {run.model}/{run.mode} {r.prompt_set}[{r.prompt}]: first token "
+                           f"took {r.ttft * 1e3:.1f} ms (the mode's median TTFT "
+                           f"{m0 * 1e3:.2f} ms)")
             if not r.itl:
                 continue
             m = statistics.median(r.itl)
@@ -1110,7 +1118,8 @@ def stalls(runs) -> list:
                                f"{k + 2} took {t * 1e3:.1f} ms (median {m * 1e3:.2f} ms)")
     head = ["", "## Stalls in measured requests", ""]
     if not out:
-        return head + [f"none (no token over {STALL_FACTOR:g}x its request's median ITL)"]
+        return head + [f"none (no token over {STALL_FACTOR:g}x its request's median ITL, no "
+                       f"first token over {STALL_FACTOR:g}x the mode's median TTFT)"]
     return head + out[:40] + ([f"- ... {len(out) - 40} more"] if len(out) > 40 else [])
 
 
@@ -1202,7 +1211,8 @@ def write_report(runs, prov, a, path_md, layers_of, elapsed) -> None:
         (
             "- order: " + ("interleaved: every mode's warm-up in turn, then the measured requests "
                            "in rounds, request k of every mode with the modes' order rotating "
-                           "each round (drift over the run falls on every mode alike)"
+                           "each round, and request r of every prompt set before request r+1 "
+                           "of any (drift over the run falls on every mode and set alike)"
                            if a.interleave else
                            "sequential: each mode's warm-up and measured requests, then the next "
                            "mode (drift over the run shows as differences between modes)")
