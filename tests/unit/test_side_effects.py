@@ -12,6 +12,9 @@ import torch
 
 import trident
 
+# Dynamo before torch 2.13 records some stores differently (see the WithProperty case)
+OLD_DYNAMO = tuple(int(x) for x in torch.__version__.split(".")[:2]) < (2, 13)
+
 
 class Layer:
     def __init__(self):
@@ -160,5 +163,10 @@ def test_stores_through_setattr_or_descriptor_match_eager(cls):
     if cls is Tracked:
         assert oe.log == ot.log  # the custom __setattr__ ran once per call, as in eager
         assert st["fallbacks"] == 1 and "defines __setattr__" in st["fallback_reason"]
+    elif st["fallbacks"] and OLD_DYNAMO:
+        # torch 2.11's Dynamo records the store on the property `v` itself, not on the `_v` of
+        # the setter it inlined; the replay writes the instance dict, which a data descriptor
+        # overrides, so that store is refused and the function falls back, reason named
+        assert st["fallbacks"] == 1 and "is a data descriptor" in st["fallback_reason"]
     else:  # the setter Dynamo inlined stores `_v`: replayed natively
         assert st["fallbacks"] == 0 and sum(st["hits"]) > 0, st["fallback_reason"]
