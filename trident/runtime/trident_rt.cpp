@@ -441,6 +441,8 @@ struct CallLevel {
 
 // ---- typed fast paths for hot operators (skip boxing; see benchmarks/) ----
 
+constexpr size_t kMaxDims = 16;  // the most dimensions a typed fast path writes out
+
 inline const c10::IValue* arg_value(const trt_op* op, trt_frame* f, size_t k) {
   const ArgEnc& e = op->args[k];
   if (e.kind == TRT_ARG_SLOT) return &f->slots[e.slot];
@@ -612,7 +614,6 @@ bool fast_empty(const trt_op* op, trt_frame* f) {
                (mf->isInt() &&
                 mf->toInt() == static_cast<int64_t>(c10::MemoryFormat::Contiguous))))
     return false;
-  constexpr size_t kMaxDims = 16;
   const size_t n = size.items.size();
   if (n > kMaxDims) return false;
   int64_t dims[kMaxDims];
@@ -624,6 +625,265 @@ bool fast_empty(const trt_op* op, trt_frame* f) {
                    device->toDevice(), &out))
     return false;
   f->slots[op->outs[0]] = c10::IValue(std::move(out));
+  return true;
+}
+
+// ---- views, casts and small reductions: the host code of a model's layers ----
+//
+// Typed calls with the same arguments the boxed call would unbox to.  Each
+// returns false (the boxed call runs, and raises eager's error where there is
+// one) for any argument it does not recognise: a symbolic value, a list held
+// in a slot, an out-of-range enum.
+
+inline bool int_arg(const trt_op* op, trt_frame* f, size_t k, int64_t* out) {
+  const c10::IValue* v = arg_value(op, f, k);
+  if (!v || !v->isInt()) return false;
+  *out = v->toInt();
+  return true;
+}
+
+inline bool bool_arg(const trt_op* op, trt_frame* f, size_t k, bool* out) {
+  const c10::IValue* v = arg_value(op, f, k);
+  if (!v || !v->isBool()) return false;
+  *out = v->toBool();
+  return true;
+}
+
+inline const at::Tensor* tensor_arg(const trt_op* op, trt_frame* f, size_t k) {
+  const c10::IValue* v = arg_value(op, f, k);
+  return v && v->isTensor() ? &v->toTensor() : nullptr;
+}
+
+// An int[] / SymInt[] argument written out item by item (TRT_ARG_LIST).
+inline bool int_list_arg(const trt_op* op, trt_frame* f, size_t k, int64_t* buf, size_t* n) {
+  const ArgEnc& e = op->args[k];
+  if (e.kind != TRT_ARG_LIST || e.elem != ElemKind::Int || e.items.size() > kMaxDims)
+    return false;
+  *n = e.items.size();
+  for (size_t i = 0; i < *n; ++i) {
+    if (e.items[i] >= 0) {
+      const c10::IValue& v = f->slots[e.items[i]];
+      if (!v.isInt()) return false;
+      buf[i] = v.toInt();
+    } else {
+      buf[i] = e.ivals[i];
+    }
+  }
+  return true;
+}
+
+// An optional enum argument (ScalarType, Layout, MemoryFormat): None or an int below `limit`.
+inline bool opt_enum_arg(const trt_op* op, trt_frame* f, size_t k, int64_t limit, bool* has,
+                         int64_t* out) {
+  const c10::IValue* v = arg_value(op, f, k);
+  if (!v) return false;
+  if (v->isNone()) {
+    *has = false;
+    return true;
+  }
+  if (!v->isInt() || v->toInt() < 0 || v->toInt() >= limit) return false;
+  *has = true;
+  *out = v->toInt();
+  return true;
+}
+
+inline bool opt_dtype_arg(const trt_op* op, trt_frame* f, size_t k,
+                          std::optional<c10::ScalarType>* out) {
+  bool has = false;
+  int64_t v = 0;
+  if (!opt_enum_arg(op, f, k, static_cast<int64_t>(c10::ScalarType::NumOptions), &has, &v))
+    return false;
+  *out = has ? std::optional<c10::ScalarType>(static_cast<c10::ScalarType>(v)) : std::nullopt;
+  return true;
+}
+
+inline void set_out(const trt_op* op, trt_frame* f, at::Tensor t) {
+  f->slots[op->outs[0]] = c10::IValue(std::move(t));
+}
+
+// view(self, SymInt[] size), _unsafe_view(self, SymInt[] size)
+template <at::Tensor (*Fn)(const at::Tensor&, c10::SymIntArrayRef)>
+bool fast_sized(const trt_op* op, trt_frame* f) {
+  const at::Tensor* a = tensor_arg(op, f, 0);
+  int64_t dims[kMaxDims];
+  size_t n = 0;
+  if (!a || op->args.size() != 2 || !int_list_arg(op, f, 1, dims, &n)) return false;
+  set_out(op, f, Fn(*a, c10::fromIntArrayRefSlow(c10::IntArrayRef(dims, n))));
+  return true;
+}
+
+// expand(self, SymInt[] size, *, bool implicit=False)
+bool fast_expand(const trt_op* op, trt_frame* f) {
+  const at::Tensor* a = tensor_arg(op, f, 0);
+  int64_t dims[kMaxDims];
+  size_t n = 0;
+  bool implicit = false;
+  if (!a || op->args.size() != 3 || !int_list_arg(op, f, 1, dims, &n) ||
+      !bool_arg(op, f, 2, &implicit))
+    return false;
+  set_out(op, f,
+          at::_ops::expand::call(*a, c10::fromIntArrayRefSlow(c10::IntArrayRef(dims, n)),
+                                 implicit));
+  return true;
+}
+
+// permute(self, int[] dims)
+bool fast_permute(const trt_op* op, trt_frame* f) {
+  const at::Tensor* a = tensor_arg(op, f, 0);
+  int64_t dims[kMaxDims];
+  size_t n = 0;
+  if (!a || op->args.size() != 2 || !int_list_arg(op, f, 1, dims, &n)) return false;
+  set_out(op, f, at::_ops::permute::call(*a, c10::IntArrayRef(dims, n)));
+  return true;
+}
+
+// unsqueeze(self, int dim), squeeze.dim(self, int dim)
+template <at::Tensor (*Fn)(const at::Tensor&, int64_t)>
+bool fast_tensor_int(const trt_op* op, trt_frame* f) {
+  const at::Tensor* a = tensor_arg(op, f, 0);
+  int64_t d = 0;
+  if (!a || op->args.size() != 2 || !int_arg(op, f, 1, &d)) return false;
+  set_out(op, f, Fn(*a, d));
+  return true;
+}
+
+// transpose.int(self, int dim0, int dim1)
+bool fast_transpose(const trt_op* op, trt_frame* f) {
+  const at::Tensor* a = tensor_arg(op, f, 0);
+  int64_t d0 = 0, d1 = 0;
+  if (!a || op->args.size() != 3 || !int_arg(op, f, 1, &d0) || !int_arg(op, f, 2, &d1))
+    return false;
+  set_out(op, f, at::_ops::transpose_int::call(*a, d0, d1));
+  return true;
+}
+
+// select.int(self, int dim, SymInt index)
+bool fast_select(const trt_op* op, trt_frame* f) {
+  const at::Tensor* a = tensor_arg(op, f, 0);
+  int64_t d = 0, i = 0;
+  if (!a || op->args.size() != 3 || !int_arg(op, f, 1, &d) || !int_arg(op, f, 2, &i))
+    return false;
+  set_out(op, f, at::_ops::select_int::call(*a, d, c10::SymInt(i)));
+  return true;
+}
+
+// slice.Tensor(self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1)
+bool fast_slice(const trt_op* op, trt_frame* f) {
+  const at::Tensor* a = tensor_arg(op, f, 0);
+  if (!a || op->args.size() != 5) return false;
+  int64_t d = 0, step = 0;
+  if (!int_arg(op, f, 1, &d) || !int_arg(op, f, 4, &step)) return false;
+  std::optional<c10::SymInt> bounds[2];
+  for (size_t k = 2; k < 4; ++k) {
+    const c10::IValue* v = arg_value(op, f, k);
+    if (!v) return false;
+    if (v->isInt())
+      bounds[k - 2] = c10::SymInt(v->toInt());
+    else if (!v->isNone())
+      return false;
+  }
+  set_out(op, f, at::_ops::slice_Tensor::call(*a, d, bounds[0], bounds[1], c10::SymInt(step)));
+  return true;
+}
+
+// _to_copy(self, *, ScalarType? dtype, Layout? layout, Device? device, bool? pin_memory,
+//          bool non_blocking=False, MemoryFormat? memory_format): every dtype cast.
+bool fast_to_copy(const trt_op* op, trt_frame* f) {
+  const at::Tensor* a = tensor_arg(op, f, 0);
+  if (!a || op->args.size() != 7) return false;
+  std::optional<c10::ScalarType> dtype;
+  if (!opt_dtype_arg(op, f, 1, &dtype)) return false;
+  bool has = false;
+  int64_t v = 0;
+  if (!opt_enum_arg(op, f, 2, static_cast<int64_t>(c10::Layout::NumOptions), &has, &v))
+    return false;
+  std::optional<c10::Layout> layout;
+  if (has) layout = static_cast<c10::Layout>(v);
+  const c10::IValue* dev = arg_value(op, f, 3);
+  if (!dev || !(dev->isNone() || dev->isDevice())) return false;
+  std::optional<c10::Device> device;
+  if (dev->isDevice()) device = dev->toDevice();
+  const c10::IValue* pin = arg_value(op, f, 4);
+  if (!pin || !(pin->isNone() || pin->isBool())) return false;
+  std::optional<bool> pin_memory;
+  if (pin->isBool()) pin_memory = pin->toBool();
+  bool non_blocking = false;
+  if (!bool_arg(op, f, 5, &non_blocking)) return false;
+  if (!opt_enum_arg(op, f, 6, static_cast<int64_t>(c10::MemoryFormat::NumOptions), &has, &v))
+    return false;
+  std::optional<c10::MemoryFormat> mf;
+  if (has) mf = static_cast<c10::MemoryFormat>(v);
+  set_out(op, f,
+          at::_ops::_to_copy::call(*a, dtype, layout, device, pin_memory, non_blocking, mf));
+  return true;
+}
+
+// pow.Tensor_Scalar(self, Scalar exponent), mul.Scalar(self, Scalar other)
+template <at::Tensor (*Fn)(const at::Tensor&, const c10::Scalar&)>
+bool fast_tensor_scalar(const trt_op* op, trt_frame* f) {
+  const at::Tensor* a = tensor_arg(op, f, 0);
+  const c10::IValue* s = op->args.size() == 2 ? arg_value(op, f, 1) : nullptr;
+  if (!a || !s || !(s->isInt() || s->isDouble())) return false;
+  set_out(op, f, Fn(*a, s->toScalar()));
+  return true;
+}
+
+// mean.dim(self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None)
+bool fast_mean_dim(const trt_op* op, trt_frame* f) {
+  const at::Tensor* a = tensor_arg(op, f, 0);
+  if (!a || op->args.size() != 4) return false;
+  int64_t dims[kMaxDims];
+  size_t n = 0;
+  const bool none = op->args[1].kind == TRT_ARG_NONE;
+  if (!none && !int_list_arg(op, f, 1, dims, &n)) return false;
+  bool keepdim = false;
+  std::optional<c10::ScalarType> dtype;
+  if (!bool_arg(op, f, 2, &keepdim) || !opt_dtype_arg(op, f, 3, &dtype)) return false;
+  at::OptionalIntArrayRef dim;
+  if (!none) dim = c10::IntArrayRef(dims, n);
+  set_out(op, f, at::_ops::mean_dim::call(*a, dim, keepdim, dtype));
+  return true;
+}
+
+// cat(Tensor[] tensors, int dim=0)
+bool fast_cat(const trt_op* op, trt_frame* f) {
+  if (op->args.size() != 2) return false;
+  const ArgEnc& e = op->args[0];
+  if (e.kind != TRT_ARG_LIST || e.elem != ElemKind::Tensor) return false;
+  int64_t d = 0;
+  if (!int_arg(op, f, 1, &d)) return false;
+  std::vector<at::Tensor> ts;
+  ts.reserve(e.items.size());
+  for (int32_t slot : e.items) {
+    if (slot < 0 || !f->slots[slot].isTensor()) return false;
+    ts.push_back(f->slots[slot].toTensor());
+  }
+  set_out(op, f, at::_ops::cat::call(at::ITensorListRef(ts), d));
+  return true;
+}
+
+// _softmax(self, int dim, bool half_to_float)
+bool fast_softmax(const trt_op* op, trt_frame* f) {
+  const at::Tensor* a = tensor_arg(op, f, 0);
+  int64_t d = 0;
+  bool h = false;
+  if (!a || op->args.size() != 3 || !int_arg(op, f, 1, &d) || !bool_arg(op, f, 2, &h))
+    return false;
+  set_out(op, f, at::_ops::_softmax::call(*a, d, h));
+  return true;
+}
+
+// clone(self, *, MemoryFormat? memory_format=None)
+bool fast_clone(const trt_op* op, trt_frame* f) {
+  const at::Tensor* a = tensor_arg(op, f, 0);
+  if (!a || op->args.size() != 2) return false;
+  bool has = false;
+  int64_t v = 0;
+  if (!opt_enum_arg(op, f, 1, static_cast<int64_t>(c10::MemoryFormat::NumOptions), &has, &v))
+    return false;
+  std::optional<c10::MemoryFormat> mf;
+  if (has) mf = static_cast<c10::MemoryFormat>(v);
+  set_out(op, f, at::_ops::clone::call(*a, mf));
   return true;
 }
 
@@ -649,6 +909,24 @@ const FastEntry kFast[] = {
     {"aten::empty", "memory_format", fast_empty},
     {"aten::add", "Tensor", fast_binary_alpha<at::_ops::add_Tensor::call>},
     {"aten::sub", "Tensor", fast_binary_alpha<at::_ops::sub_Tensor::call>},
+    {"aten::bmm", "", fast_binary<at::_ops::bmm::call>},
+    TRT_UNARY(silu),
+    {"aten::view", "", fast_sized<at::_ops::view::call>},
+    {"aten::_unsafe_view", "", fast_sized<at::_ops::_unsafe_view::call>},
+    {"aten::expand", "", fast_expand},
+    {"aten::permute", "", fast_permute},
+    {"aten::unsqueeze", "", fast_tensor_int<at::_ops::unsqueeze::call>},
+    {"aten::squeeze", "dim", fast_tensor_int<at::_ops::squeeze_dim::call>},
+    {"aten::transpose", "int", fast_transpose},
+    {"aten::select", "int", fast_select},
+    {"aten::slice", "Tensor", fast_slice},
+    {"aten::_to_copy", "", fast_to_copy},
+    {"aten::pow", "Tensor_Scalar", fast_tensor_scalar<at::_ops::pow_Tensor_Scalar::call>},
+    {"aten::mul", "Scalar", fast_tensor_scalar<at::_ops::mul_Scalar::call>},
+    {"aten::mean", "dim", fast_mean_dim},
+    {"aten::cat", "", fast_cat},
+    {"aten::_softmax", "", fast_softmax},
+    {"aten::clone", "", fast_clone},
 };
 
 bool boxed_only() {
