@@ -37,7 +37,13 @@ a registered op runs both the mode's wrapper and the plain eager wrapper (altern
 first) and times each on the host; an op (or region) whose mode wrapper has a higher median than
 the eager wrapper, or whose outputs were not exactly the eager wrapper's in some warm-up call, is
 dropped, i.e. falls back to the eager wrapper for the measured requests (the tokens of every
-mode must equal eager's: a region that Inductor fuses rounds differently in bf16).
+mode must equal eager's: a region that Inductor fuses rounds differently in bf16).  The last
+warm-up requests, one per prompt set (when there are at least two per set), run in the measured
+configuration instead: the shims save and restore a region's KV cache around each call, so the
+model's code passes on tensors the unshimmed model does not, and a path only the latter takes
+would otherwise be captured inside a measured request (H200, 2026-12-03, before this: in both
+models one bmm capture after the warm-up and a ~400 ms first token in the first measured
+request).
 
 Order (`--interleave`, default): every mode's warm-up in turn, then the measured requests in
 rounds (request k of every mode, the modes' order rotating each round), so that the machine's
@@ -474,7 +480,8 @@ def trident_status(f, warm_misses=None) -> str:
         f"{sum(s['hits'])} native hit(s)"
     )
     if warm_misses is not None and s["misses"] > warm_misses:
-        line += f"; {s['misses'] - warm_misses} miss(es) during the measured requests"
+        line += (f"; {s['misses'] - warm_misses} miss(es) after the warm-up (measured "
+                 "requests and the timed request of the host-time table)")
     return line
 
 
@@ -616,6 +623,7 @@ class Request:
     ttft: float  # seconds
     itl: list  # seconds, one per token after the first
     total: float
+    misses: int = 0  # trident: misses (captures) of its wrappers during this request
 
     @property
     def tpot(self) -> float:
@@ -674,6 +682,7 @@ class ModeRun:
     mode: str
     model: str
     requests: list = field(default_factory=list)
+    settle: list = field(default_factory=list)  # the warm-up's unshimmed requests
     timings: dict = field(default_factory=dict)  # op -> OpTiming
     kept: dict = field(default_factory=dict)  # op -> "mode" | "eager"
     trident: dict = field(default_factory=dict)  # op -> status line
@@ -794,10 +803,17 @@ class ModeSession:
         if time.time() > self.deadline:
             raise OutOfTime
         ids = token_ids(PROMPT_SETS[set_name][i], self.model.config.vocab_size)
+        m0 = self.misses()
         toks, ttft, itl, total = decode(self.model, ids, n_new or self.a.new_tokens,
                                         self.prov.device,
                                         self.sync)
-        return Request(set_name, i, len(ids), toks, ttft, itl, total)
+        return Request(set_name, i, len(ids), toks, ttft, itl, total, self.misses() - m0)
+
+    def misses(self) -> int:
+        """Trident: the misses of every wrapper of this mode so far (0 for other modes)."""
+        if self.mode != "trident":
+            return 0
+        return sum(trident.stats(w)["misses"] for w in self.wrappers.values())
 
     def install(self) -> None:
         """The measured configuration: kept wrappers registered, kept regions installed."""
@@ -881,9 +897,16 @@ class ModeSession:
             for s in a.prompts
             if i < len(PROMPT_SETS[s])
         ]
-        for r in range(a.warmup):
+        # The last requests of the warm-up, one per prompt set, run in the measured
+        # configuration (settle_count): the filter's shims change what the model's code
+        # passes on (a region's KV cache is saved and restored around each of its calls), so
+        # a path only the unshimmed model takes is captured or compiled here, not inside a
+        # measured request.
+        settle = measured_order(a)[:settle_count(a)]
+        shimmed = a.warmup - len(settle)
+        for r in range(shimmed):
             for rec in run.timings.values():
-                rec.record = r >= a.warmup // 2
+                rec.record = r >= shimmed // 2
             self.request(*order[r % len(order)], self.a.warmup_tokens)
         for op in self.prov.ops:
             if mode == "torch":
@@ -893,6 +916,10 @@ class ModeSession:
         for key in self.regions:
             keep = not run.timings[key].verdict(region=True).startswith("dropped")
             run.kept[key] = mode if keep else "eager"
+        if settle:
+            self.install()  # _phase uninstalls
+            for s_, i in settle:
+                run.settle.append(self.request(s_, i, self.a.warmup_tokens))
         if mode == "trident":
             for op, w in self.wrappers.items():
                 run.trident[op] = trident_status(w)
@@ -921,13 +948,20 @@ class ModeSession:
                     self.reg, {op: self.wrappers[op] if run.kept[op] == self.mode else fn
                                for op, fn in self.prov.ops.items()},
                     lambda: self.request(a.prompts[0], 0), a.new_tokens)
-            if self.mode == "trident":  # again: a miss during the measured requests counts too
+            if self.mode == "trident":  # again: a miss after the warm-up counts too (the
+                # measured requests' own misses are in their rows of the report)
                 run.trident = {op: trident_status(w, self.warm_misses.get(op))
                                for op, w in self.wrappers.items()}
                 run.explain = {op: trident.explain(w) for op, w in self.wrappers.items()}
 
         self._phase(fin)
         self.done = True
+
+
+def settle_count(a) -> int:
+    """How many of the warm-up requests run in the measured configuration: one per prompt
+    set, when the warm-up has at least two requests per set (the others feed the filter)."""
+    return len(a.prompts) if a.warmup >= 2 * len(a.prompts) else 0
 
 
 def measured_order(a) -> list:
@@ -1123,6 +1157,27 @@ def stalls(runs) -> list:
     return head + out[:40] + ([f"- ... {len(out) - 40} more"] if len(out) > 40 else [])
 
 
+def per_request(runs) -> list:
+    """Every measured request of every mode, in the order run: end to end and TTFT (ms) and,
+    under Trident, the misses (captures) its wrappers had during it; then the warm-up's
+    unshimmed requests (settle_count) the same way."""
+    lines = ["", "## Measured requests (e2e ms / TTFT ms, in the order run; Trident: "
+             "misses during the request)", "",
+             "| model | mode | prompts | requests | warm-up's unshimmed requests |",
+             "|---|---|---|---|---|"]
+
+    def cell(rs):
+        return ", ".join(f"{r.total * 1e3:.0f}/{r.ttft * 1e3:.1f}"
+                         + (f" ({r.misses} miss)" if r.misses else "") for r in rs) or "-"
+
+    for run in runs:
+        for s in dict.fromkeys(r.prompt_set for r in run.requests + run.settle):
+            rs = [r for r in run.requests if r.prompt_set == s]
+            ws = [r for r in run.settle if r.prompt_set == s]
+            lines.append(f"| {run.model} | {run.mode} | {s} | {cell(rs)} | {cell(ws)} |")
+    return lines
+
+
 def token_check(reqs, ref) -> str:
     """Compare each request's tokens with the eager run's tokens for the same prompt."""
     if not reqs:
@@ -1205,8 +1260,11 @@ def write_report(runs, prov, a, path_md, layers_of, elapsed) -> None:
             f"attention={a.attn}, experts={a.experts}, dynamic={a.dynamic}"
         ),
         (
-            f"- per model and mode: {a.warmup} warm-up requests (all prompt sets in turn), then "
-            f"{a.requests} measured request(s) per prompt set; total run {elapsed:.0f}s"
+            f"- per model and mode: {a.warmup} warm-up requests (all prompt sets in turn"
+            + (f"; the last {settle_count(a)}, one per set, in the measured configuration, "
+               "without the filter's shims" if settle_count(a) else "")
+            + f"), then {a.requests} measured request(s) per prompt set; total run "
+            f"{elapsed:.0f}s"
         ),
         (
             "- order: " + ("interleaved: every mode's warm-up in turn, then the measured requests "
@@ -1274,6 +1332,7 @@ def write_report(runs, prov, a, path_md, layers_of, elapsed) -> None:
                 }
     lines += ratios
     lines += stalls(runs)
+    lines += per_request(runs)
     lines += ["", "## torch reference vs eager tokens (numerics may differ)", ""]
     for model in layers_of:
         run = by.get((model, "torch"))

@@ -91,3 +91,20 @@ def test_stalled_tokens_are_reported():
     assert hits == [f"- qwen3/eager mmlu[0]: token {k + 2} took 800.0 ms "
                     f"(median {statistics.median(itl) * 1e3:.2f} ms)"], lines
     assert ld.stalls([calm])[-1].startswith("none")
+
+
+def test_llm_decode_stub_settle_requests(tmp_path):
+    """The warm-up ends with one request per prompt set in the measured configuration (no
+    filter shims), so that no Trident capture happens inside a measured request: with the whole
+    model compiled, the shimmed warm-up never takes the path where the LM head runs as a bmm
+    (the CPU run of 2026-12-03 captured it in the first unshimmed request)."""
+    _, md = _run(tmp_path, "s", "--regions", "model", "--warmup", "6", "--new-tokens", "6")
+    assert "the last 3, one per set, in the measured configuration" in md, md
+    section = md.split("## Measured requests", 1)[1].split("\n## ", 1)[0]
+    rows = [ln for ln in section.splitlines() if ln.startswith("| qwen3 | trident | ")]
+    assert len(rows) == 3, md
+    for ln in rows:
+        measured, settle = ln.split(" | ")[3:5]
+        assert measured != "-" and settle.rstrip(" |") != "-", ln
+        assert "miss" not in measured, ln
+    assert "same (1/1)" in md and "MISMATCH" not in md.split("## torch reference")[0], md
