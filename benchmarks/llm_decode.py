@@ -38,12 +38,13 @@ first) and times each on the host; an op (or region) whose mode wrapper has a hi
 the eager wrapper, or whose outputs were not exactly the eager wrapper's in some warm-up call, is
 dropped, i.e. falls back to the eager wrapper for the measured requests (the tokens of every
 mode must equal eager's: a region that Inductor fuses rounds differently in bf16).  The last
-warm-up requests, one per prompt set (when there are at least two per set), run in the measured
-configuration instead: the shims save and restore a region's KV cache around each call, so the
-model's code passes on tensors the unshimmed model does not, and a path only the latter takes
-would otherwise be captured inside a measured request (H200, 2026-12-03, before this: in both
-models one bmm capture after the warm-up and a ~400 ms first token in the first measured
-request).
+warm-up requests, one per prompt set (when there are at least two per set), replay the first
+measured prompts in the measured configuration: a request that captures a version gets its
+result without running that version's native program, so the program of a shape that only the
+capturing request had (the first warm-up prompt's: its version is static) would otherwise run for
+the first time inside a measured request, and with it any operator call only that program makes
+(H200, 2026-12-03: the compiled model's LM head as a bmm, which eager runs as an mm; one bmm
+capture, ~400 ms, in the first measured request of both models).
 
 Order (`--interleave`, default): every mode's warm-up in turn, then the measured requests in
 rounds (request k of every mode, the modes' order rotating each round), so that the machine's
@@ -682,7 +683,7 @@ class ModeRun:
     mode: str
     model: str
     requests: list = field(default_factory=list)
-    settle: list = field(default_factory=list)  # the warm-up's unshimmed requests
+    settle: list = field(default_factory=list)  # the warm-up's replay of the measured prompts
     timings: dict = field(default_factory=dict)  # op -> OpTiming
     kept: dict = field(default_factory=dict)  # op -> "mode" | "eager"
     trident: dict = field(default_factory=dict)  # op -> status line
@@ -897,11 +898,11 @@ class ModeSession:
             for s in a.prompts
             if i < len(PROMPT_SETS[s])
         ]
-        # The last requests of the warm-up, one per prompt set, run in the measured
-        # configuration (settle_count): the filter's shims change what the model's code
-        # passes on (a region's KV cache is saved and restored around each of its calls), so
-        # a path only the unshimmed model takes is captured or compiled here, not inside a
-        # measured request.
+        # The last requests of the warm-up, one per prompt set, replay the first measured
+        # prompts in the measured configuration (settle_count): a capturing request does not
+        # run its version's native program, so the program of a shape only it had (the first
+        # prompt's static version) and the operator calls only that program makes (the LM
+        # head as a bmm) would otherwise first run inside a measured request.
         settle = measured_order(a)[:settle_count(a)]
         shimmed = a.warmup - len(settle)
         for r in range(shimmed):
@@ -959,8 +960,9 @@ class ModeSession:
 
 
 def settle_count(a) -> int:
-    """How many of the warm-up requests run in the measured configuration: one per prompt
-    set, when the warm-up has at least two requests per set (the others feed the filter)."""
+    """How many of the warm-up requests replay the first measured prompts in the measured
+    configuration: one per prompt set, when the warm-up has at least two requests per set (the
+    others feed the filter)."""
     return len(a.prompts) if a.warmup >= 2 * len(a.prompts) else 0
 
 
@@ -1160,10 +1162,10 @@ def stalls(runs) -> list:
 def per_request(runs) -> list:
     """Every measured request of every mode, in the order run: end to end and TTFT (ms) and,
     under Trident, the misses (captures) its wrappers had during it; then the warm-up's
-    unshimmed requests (settle_count) the same way."""
+    replay of the measured prompts (settle_count) the same way."""
     lines = ["", "## Measured requests (e2e ms / TTFT ms, in the order run; Trident: "
              "misses during the request)", "",
-             "| model | mode | prompts | requests | warm-up's unshimmed requests |",
+             "| model | mode | prompts | requests | warm-up's replay of them |",
              "|---|---|---|---|---|"]
 
     def cell(rs):
@@ -1262,7 +1264,7 @@ def write_report(runs, prov, a, path_md, layers_of, elapsed) -> None:
         (
             f"- per model and mode: {a.warmup} warm-up requests (all prompt sets in turn"
             + (f"; the last {settle_count(a)}, one per set, in the measured configuration, "
-               "without the filter's shims" if settle_count(a) else "")
+               "replaying the first measured prompts" if settle_count(a) else "")
             + f"), then {a.requests} measured request(s) per prompt set; total run "
             f"{elapsed:.0f}s"
         ),
