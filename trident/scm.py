@@ -259,9 +259,16 @@ class SCM:
         if mod is None:
             return "no SCM installed"
         parts = []
+        now = None
         for v, (hits, failed) in zip(self.versions, mod.stats()):
             if 0 <= failed < len(v.guards):
-                parts.append(f"version {v.index} failed guard [{failed}] {v.guards[failed]}")
+                g = v.guards[failed]
+                text = f"version {v.index} failed guard [{failed}] {g}"
+                if isinstance(g, ir.GlobalState):
+                    if now is None:
+                        now = _words(self.rt.global_state())
+                    text += f" [{global_state_diff(self.rt, g.words, now)}]"
+                parts.append(text)
         return "; ".join(parts) or "no version matched"
 
     def profile(self) -> list:
@@ -354,6 +361,39 @@ class SCM:
         _dump_text(f"{name}.guards.txt", "\n".join(
             f"{e.guard_type} {e.name}" for e in cap.guard_entries))
         _dump_text(f"{name}.ir.txt", print_version(v))
+
+
+def _words(snapshot: bytes) -> tuple:
+    return tuple(int.from_bytes(snapshot[i * 8:(i + 1) * 8], "little", signed=True)
+                 for i in range(len(snapshot) // 8))
+
+
+_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64,
+           torch.complex128, torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8,
+           torch.bool)
+
+
+def global_state_diff(rt, at_capture: tuple, now: tuple) -> str:
+    """What differs between a version's global-state snapshot and the current one, word by
+    word, by name: '<name>: <at capture> at capture, <now> now'; a thread-local dispatch key
+    set by the keys it gained or lost."""
+    names = rt.global_state_names()
+    dtypes = {rt.enum_code(d): str(d).removeprefix("torch.") for d in _DTYPES}
+    out = []
+    for i, (a, b) in enumerate(zip(at_capture, now)):
+        if a == b:
+            continue
+        name = names[i] if i < len(names) and names[i] else f"word {i}"
+        if "dispatch keys" in name:
+            ua, ub = a & (2**64 - 1), b & (2**64 - 1)
+            delta = [f"+{rt.keyset_str(ub & ~ua)}" if ub & ~ua else "",
+                     f"-{rt.keyset_str(ua & ~ub)}" if ua & ~ub else ""]
+            out.append(f"{name}: {' '.join(d for d in delta if d)} since the capture")
+        elif "ScalarType" in name:
+            out.append(f"{name}: {dtypes.get(a, a)} at capture, {dtypes.get(b, b)} now")
+        else:
+            out.append(f"{name}: {a} at capture, {b} now")
+    return "; ".join(out) or "no word differs now"
 
 
 def launch_resolvers(v: ir.Version) -> list:

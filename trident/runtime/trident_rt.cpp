@@ -1370,6 +1370,54 @@ PyObject* py_global_state(PyObject*, PyObject*) {
   return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(&g), sizeof(g));
 }
 
+// The name of each word of the snapshot (global_state_snapshot), "" where unused: what a
+// miss reason names when a version's global-state guard failed.
+PyObject* py_global_state_names(PyObject*, PyObject*) {
+  std::vector<std::string> n(TRT_GLOBAL_STATE_WORDS);
+  n[0] = "grad mode";
+  n[1] = "inference mode";
+  n[6] = "deterministic algorithms";
+  n[7] = "deterministic algorithms warn only";
+  n[8] = "cuBLAS fp16 reduced-precision reduction";
+  n[9] = "cuBLAS bf16 reduced-precision reduction";
+  n[10] = "intra-op threads";
+  n[11] = "default dtype (ScalarType)";
+  n[12] = "torch function disabled state";
+  n[13] = "torch function mode stack length";
+  n[14] = "saved tensor hooks stack length";
+  n[15] = "saved tensor hooks disabled";
+  n[16] = "included dispatch keys (thread-local)";
+  n[17] = "excluded dispatch keys (thread-local)";
+  n[18] = "torch dispatch mode stack length";
+  n[20] = "autocast cache enabled";
+  n[21] = "float32 matmul precision";
+  int k = 24;
+  for (at::DeviceType dt : at::autocast::_AUTOCAST_SUPPORTED_DEVICES) {
+    const std::string d = c10::DeviceTypeName(dt, /*lower_case=*/true);
+    n[k++] = "autocast on " + d;
+    n[k++] = "autocast dtype on " + d + " (ScalarType)";
+  }
+  PyObject* out = PyList_New(static_cast<Py_ssize_t>(n.size()));
+  if (out == nullptr) return nullptr;
+  for (size_t i = 0; i < n.size(); ++i) {
+    PyObject* s = PyUnicode_FromStringAndSize(n[i].data(), static_cast<Py_ssize_t>(n[i].size()));
+    if (s == nullptr) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+    PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i), s);
+  }
+  return out;
+}
+
+// The keys of a DispatchKeySet given by its raw repr, as c10 prints them.
+PyObject* py_keyset_str(PyObject*, PyObject* raw) {
+  const unsigned long long r = PyLong_AsUnsignedLongLong(raw);
+  if (r == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return nullptr;
+  const std::string s = c10::toString(c10::DispatchKeySet(c10::DispatchKeySet::RAW, r));
+  return PyUnicode_FromStringAndSize(s.data(), static_cast<Py_ssize_t>(s.size()));
+}
+
 PyObject* py_dispatch_keys(PyObject*, PyObject* t) {
   if (!THPVariable_Check(t)) {
     PyErr_SetString(PyExc_TypeError, "expected a tensor");
@@ -1502,6 +1550,9 @@ PyMethodDef rt_methods[] = {
     {"load_scm", load_scm, METH_VARARGS, "load_scm(path, consts) -> Module"},
     {"global_state", py_global_state, METH_NOARGS, "snapshot of the global-state guard"},
     {"dispatch_keys", py_dispatch_keys, METH_O, "DispatchKeySet raw repr of a tensor"},
+    {"global_state_names", py_global_state_names, METH_NOARGS,
+     "the name of each word of global_state(), '' where unused"},
+    {"keyset_str", py_keyset_str, METH_O, "the keys of a DispatchKeySet raw repr, as c10 prints"},
     {"enum_code", py_enum_code, METH_O, "C++ enum value of a dtype/layout/memory_format/device"},
     {"launch_pack_for_test", py_launch_pack_for_test, METH_VARARGS,
      "pack Triton launch parameters without a GPU (tests)"},
