@@ -16,7 +16,8 @@
 # Environment: OUT (default /tmp/out), BENCH_COMMIT (default: git rev-parse, else "unknown"),
 # BENCH_DATE, LIMIT, TAIL, STEPS (space-separated step names to run, from both parts, e.g.
 # STEPS="gpu_tests flaggems_probe flaggems_ops" PART=AB; default: all of the part's), and per
-# step the arguments: PYTEST_ARGS, FG_OPS_ARGS, LLM_ARGS, CP_ARGS (each replaces the defaults
+# step the arguments: PYTEST_ARGS, FG_OPS_ARGS, LLM_ARGS (or LLM_PRESET=qwen3 | qwen3_cpp |
+# deepseek_v2: issue 5's settings, see below), CP_ARGS (each replaces the defaults
 # below), FG_OPS_S, LLM_S, CP_S and GPU_TESTS_S (their timeouts), PYTEST_K (a pytest -k expression), LLM2_ARGS / LLM2_S (a second llm_decode run), LLM_MM (generic | hopper; default generic).
 # Step cold_profile (part A) runs benchmarks/cold_profile.py into $OUT/cold_profile.txt; step
 # host_profile (part A; HP_ARGS, HP_S) benchmarks/host_profile.py into $OUT/host_profile.tgz.
@@ -123,6 +124,24 @@ B|AB)
   step flaggems_ops ${FG_OPS_S:-250} python3 benchmarks/flaggems_ops.py ${FG_OPS_ARGS:---shapes 3 \
     --modes eager,torch,trident,compile,compile_noguard --budget-s 225 --tag h200} \
     --out-dir "$OUT"
+  # LLM_PRESET: issue 5's settings, one model per device call (each ~6-8 minutes, LLM_S 525):
+  #   qwen3        Qwen3, torch, eager, trident, compile
+  #   qwen3_cpp    Qwen3, eager, trident, compile_cpp (its warm-up alone outlasts the rest)
+  #   deepseek_v2  DeepSeek-V2 with grouped-GEMM experts, torch, eager, trident, compile
+  #                (compile_cpp cannot build aten::_grouped_mm on torch 2.11)
+  issue5_args="--layers 4 --new-tokens 128 --warmup 10 --requests 3 --mm generic \
+    --max-versions 64 --regions model,layer --budget-s 480 --reserve-s 60"
+  case "${LLM_PRESET:-}" in
+    "") ;;
+    qwen3) LLM_ARGS=${LLM_ARGS:-"--models qwen3 $issue5_args \
+      --modes torch,eager,trident,compile --tag h200_qwen3"} ;;
+    qwen3_cpp) LLM_ARGS=${LLM_ARGS:-"--models qwen3 $issue5_args \
+      --modes eager,trident,compile_cpp --tag h200_qwen3_cpp"} ;;
+    deepseek_v2) LLM_ARGS=${LLM_ARGS:-"--models deepseek_v2 --experts grouped_mm $issue5_args \
+      --modes torch,eager,trident,compile --tag h200_deepseek_v2"} ;;
+    *) echo "LLM_PRESET must be qwen3, qwen3_cpp or deepseek_v2, not $LLM_PRESET"; exit 2 ;;
+  esac
+  [[ -n "${LLM_PRESET:-}" ]] && LLM_S=${LLM_S:-525}
   # One model, 2 layers, 32 tokens: every mode fits ~250 s.  --mm generic: FlagGems' portable
   # mm, which Trident can capture (the Hopper mm's TMA descriptors and pre_hook configs make it
   # fall back, and its 162-config autotuning took most of the smoke run's 170 s).
