@@ -124,12 +124,13 @@ B|AB)
   step flaggems_ops ${FG_OPS_S:-250} python3 benchmarks/flaggems_ops.py ${FG_OPS_ARGS:---shapes 3 \
     --modes eager,torch,trident,compile,compile_noguard --budget-s 225 --tag h200} \
     --out-dir "$OUT"
-  # LLM_PRESET: issue 5's settings, one model per device call (each ~6-8 minutes, LLM_S 525):
+  # LLM_PRESET: issue 5's settings, one model per device call (each ~6-8 minutes, LLM_S 525;
+  # 5 measured requests per prompt set: torch.compile's e2e varied 1371-1751 ms over 3):
   #   qwen3        Qwen3, torch, eager, trident, compile
   #   qwen3_cpp    Qwen3, eager, trident, compile_cpp (its warm-up alone outlasts the rest)
   #   deepseek_v2  DeepSeek-V2 with grouped-GEMM experts, torch, eager, trident, compile
   #                (compile_cpp cannot build aten::_grouped_mm on torch 2.11)
-  issue5_args="--layers 4 --new-tokens 128 --warmup 10 --requests 3 --mm generic \
+  issue5_args="--layers 4 --new-tokens 128 --warmup 10 --requests 5 --mm generic \
     --max-versions 64 --regions model,layer --budget-s 480 --reserve-s 60"
   case "${LLM_PRESET:-}" in
     "") ;;
