@@ -42,9 +42,11 @@ warm-up requests, one per prompt set (when there are at least two per set), repl
 measured prompts in the measured configuration: a request that captures a version gets its
 result without running that version's native program, so the program of a shape that only the
 capturing request had (the first warm-up prompt's: its version is static) would otherwise run for
-the first time inside a measured request, and with it any operator call only that program makes
-(H200, 2026-12-03: the compiled model's LM head as a bmm, which eager runs as an mm; one bmm
-capture, ~400 ms, in the first measured request of both models).
+the first time inside a measured request, and with it the nested wrappers' calls it makes
+(H200, 2026-12-03: the LM head's bmm on the last position; the bmm wrapper's version for the
+same call from the eager model failed the native program's call on its global-state guard (on
+the CPU stub: on a stride guard of the argument's `_base`), so one bmm capture, ~400 ms, fell in
+the first measured request of both models).
 
 Order (`--interleave`, default): every mode's warm-up in turn, then the measured requests in
 rounds (request k of every mode, the modes' order rotating each round), so that the machine's
@@ -901,8 +903,9 @@ class ModeSession:
         # The last requests of the warm-up, one per prompt set, replay the first measured
         # prompts in the measured configuration (settle_count): a capturing request does not
         # run its version's native program, so the program of a shape only it had (the first
-        # prompt's static version) and the operator calls only that program makes (the LM
-        # head as a bmm) would otherwise first run inside a measured request.
+        # prompt's static version) and the nested wrappers' calls it makes (the LM head's bmm,
+        # whose version from eager calls may not match a call from the native program) would
+        # otherwise first run inside a measured request.
         settle = measured_order(a)[:settle_count(a)]
         shimmed = a.warmup - len(settle)
         for r in range(shimmed):
