@@ -42,11 +42,11 @@ warm-up requests, one per prompt set (when there are at least two per set), repl
 measured prompts in the measured configuration: a request that captures a version gets its
 result without running that version's native program, so the program of a shape that only the
 capturing request had (the first warm-up prompt's: its version is static) would otherwise run for
-the first time inside a measured request, and with it the nested wrappers' calls it makes
-(H200, 2026-12-03: the LM head's bmm on the last position; the bmm wrapper's version for the
-same call from the eager model failed the native program's call on its global-state guard (on
-the CPU stub: on a stride guard of the argument's `_base`), so one bmm capture, ~400 ms, fell in
-the first measured request of both models).
+the first time inside a measured request, and with it the nested wrappers' calls it makes,
+which versions captured from the eager model's calls need not match (H200, 2026-12-03: the LM
+head's bmm, `(1, 1, H) x (1, H, vocab)`, failed the bmm wrapper's versions on their global-state
+guard or their shapes; one bmm capture, ~400 ms, fell in the first measured request of both
+models; on the CPU stub it is an attention bmm whose argument is a view of a 4-d base).
 
 Order (`--interleave`, default): every mode's warm-up in turn, then the measured requests in
 rounds (request k of every mode, the modes' order rotating each round), so that the machine's
@@ -903,9 +903,9 @@ class ModeSession:
         # The last requests of the warm-up, one per prompt set, replay the first measured
         # prompts in the measured configuration (settle_count): a capturing request does not
         # run its version's native program, so the program of a shape only it had (the first
-        # prompt's static version) and the nested wrappers' calls it makes (the LM head's bmm,
-        # whose version from eager calls may not match a call from the native program) would
-        # otherwise first run inside a measured request.
+        # prompt's static version) and the nested wrappers' calls it makes (which versions
+        # captured from eager calls need not match) would otherwise first run inside a
+        # measured request.
         settle = measured_order(a)[:settle_count(a)]
         shimmed = a.warmup - len(settle)
         for r in range(shimmed):

@@ -97,10 +97,9 @@ def test_llm_decode_stub_settle_requests(tmp_path):
     """The warm-up ends by replaying the first measured prompt of each set in the measured
     configuration, so that no Trident capture happens inside a measured request: the first
     warm-up prompt's version (static in its length) is captured by that request and first runs
-    natively on the replay, where its LM head's bmm reaches the bmm wrapper with an argument
-    that the wrapper's version from the eager model's calls does not match (a `_base` stride
-    guard). Without the replay that capture falls in the first measured request (CPU,
-    2026-12-03)."""
+    natively on the replay, where one of its bmm calls (an attention bmm whose argument is a view
+    of a 4-d base) matches none of the bmm wrapper's versions captured from eager calls. Without
+    the replay that capture falls in the first measured request (CPU, 2026-12-03)."""
     _, md = _run(tmp_path, "s", "--regions", "model", "--warmup", "6", "--new-tokens", "6")
     assert "the last 3, one per set, in the measured configuration" in md, md
     section = md.split("## Measured requests", 1)[1].split("\n## ", 1)[0]
