@@ -85,6 +85,7 @@ import faulthandler
 import math
 import os
 import platform
+import re
 import signal
 import statistics
 import subprocess
@@ -485,7 +486,25 @@ def trident_status(f, warm_misses=None) -> str:
     if warm_misses is not None and s["misses"] > warm_misses:
         line += (f"; {s['misses'] - warm_misses} miss(es) after the warm-up (measured "
                  "requests and the timed request of the host-time table)")
+    diffs = global_state_misses(f)
+    if diffs:
+        line += "; global-state differences in capture reasons: " + ", ".join(
+            f"{d} (x{n})" for d, n in diffs.items())
     return line
+
+
+_GS_DIFF = re.compile(r"global_state == capture-time snapshot \([^)]*\) \[([^\]]*)\]")
+
+
+def global_state_misses(f) -> dict:
+    """What differed from the capture, per failed global-state guard named in the capture
+    reasons of f's versions (trident.explain), with how many times: a wrapper whose versions
+    multiply by global state rather than by shape."""
+    out: dict = {}
+    for v in trident.versions(f):
+        for d in _GS_DIFF.findall(v.reason or ""):
+            out[d] = out.get(d, 0) + 1
+    return out
 
 
 # ---------------------------------------------------------------- models

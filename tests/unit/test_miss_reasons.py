@@ -4,6 +4,8 @@ keys it gained or lost), so `trident.explain` answers why a version was recaptur
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
 import trident
@@ -58,3 +60,27 @@ def test_excluded_dispatch_key_is_named():
     assert len(reasons) == 2, trident.explain(f)
     r = reasons[1]
     assert "excluded dispatch keys (thread-local): +" in r and "AutogradCPU" in r, r
+
+
+def test_llm_decode_summarises_global_state_misses(monkeypatch):
+    """benchmarks/llm_decode.py's per-operator status counts the global-state differences in
+    a wrapper's capture reasons (a wrapper that multiplies versions by global state)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "llm_decode.py"
+    spec = importlib.util.spec_from_file_location("llm_decode_for_test", path)
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, mod)  # its dataclasses look themselves up there
+    monkeypatch.setattr(sys, "path", list(sys.path))  # it puts benchmarks/ on sys.path
+    spec.loader.exec_module(mod)
+    f = trident.jit(_f)
+    x = torch.randn(8)
+    assert torch.equal(f(x), _f(x))
+    assert mod.global_state_misses(f) == {}
+    with torch.no_grad():
+        y = torch.randn(8)
+        assert torch.equal(f(y), _f(y))
+    assert mod.global_state_misses(f) == {"grad mode: 1 at capture, 0 now": 1}
+    assert "global-state differences in capture reasons: grad mode: 1 at capture, 0 now (x1)" \
+        in mod.trident_status(f)
