@@ -124,21 +124,23 @@ B|AB)
   step flaggems_ops ${FG_OPS_S:-250} python3 benchmarks/flaggems_ops.py ${FG_OPS_ARGS:---shapes 3 \
     --modes eager,torch,trident,compile,compile_noguard --budget-s 225 --tag h200} \
     --out-dir "$OUT"
-  # LLM_PRESET: issue 5's settings, one model per device call (each ~6-8 minutes, LLM_S 525;
-  # 5 measured requests per prompt set: torch.compile's e2e varied 1371-1751 ms over 3):
+  # LLM_PRESET: issue 5's settings, one model per device call (each ~5-8 minutes, LLM_S 525);
+  # measured requests per prompt set: 9 for Qwen3 (with 5, one mode's requests in a set spread
+  # up to 2x, and two modes running the same wrappers differed by 16% in one set's medians:
+  # session 15), 5 for DeepSeek-V2 (its warm-ups are longer):
   #   qwen3        Qwen3, torch, eager, trident, compile
   #   qwen3_cpp    Qwen3, eager, trident, compile_cpp (its warm-up alone outlasts the rest)
   #   deepseek_v2  DeepSeek-V2 with grouped-GEMM experts, torch, eager, trident, compile
   #                (compile_cpp cannot build aten::_grouped_mm on torch 2.11)
-  issue5_args="--layers 4 --new-tokens 128 --warmup 10 --requests 5 --mm generic \
+  issue5_args="--layers 4 --new-tokens 128 --warmup 10 --mm generic \
     --max-versions 64 --regions model,layer --budget-s 480 --reserve-s 60"
   case "${LLM_PRESET:-}" in
     "") ;;
-    qwen3) LLM_ARGS=${LLM_ARGS:-"--models qwen3 $issue5_args \
+    qwen3) LLM_ARGS=${LLM_ARGS:-"--models qwen3 $issue5_args --requests 9 \
       --modes torch,eager,trident,compile --tag h200_qwen3"} ;;
-    qwen3_cpp) LLM_ARGS=${LLM_ARGS:-"--models qwen3 $issue5_args \
+    qwen3_cpp) LLM_ARGS=${LLM_ARGS:-"--models qwen3 $issue5_args --requests 9 \
       --modes eager,trident,compile_cpp --tag h200_qwen3_cpp"} ;;
-    deepseek_v2) LLM_ARGS=${LLM_ARGS:-"--models deepseek_v2 --experts grouped_mm $issue5_args \
+    deepseek_v2) LLM_ARGS=${LLM_ARGS:-"--models deepseek_v2 --experts grouped_mm $issue5_args --requests 5 \
       --modes torch,eager,trident,compile --tag h200_deepseek_v2"} ;;
     *) echo "LLM_PRESET must be qwen3, qwen3_cpp or deepseek_v2, not $LLM_PRESET"; exit 2 ;;
   esac
