@@ -17,7 +17,7 @@
 # BENCH_DATE, LIMIT, TAIL, STEPS (space-separated step names to run, from both parts, e.g.
 # STEPS="gpu_tests flaggems_probe flaggems_ops" PART=AB; default: all of the part's), and per
 # step the arguments: PYTEST_ARGS, FG_OPS_ARGS, LLM_ARGS (or LLM_PRESET=qwen3 | qwen3_cpp |
-# deepseek_v2: issue 5's settings, see below), CP_ARGS (each replaces the defaults
+# deepseek_v2 | deepseek_v2_cpp: issue 5's settings, see below), CP_ARGS (each replaces the defaults
 # below), FG_OPS_S, LLM_S, CP_S and GPU_TESTS_S (their timeouts), PYTEST_K (a pytest -k expression), LLM2_ARGS / LLM2_S (a second llm_decode run), LLM_MM (generic | hopper; default generic).
 # Step cold_profile (part A) runs benchmarks/cold_profile.py into $OUT/cold_profile.txt; step
 # host_profile (part A; HP_ARGS, HP_S) benchmarks/host_profile.py into $OUT/host_profile.tgz.
@@ -131,7 +131,9 @@ B|AB)
   #   qwen3        Qwen3, torch, eager, trident, compile
   #   qwen3_cpp    Qwen3, eager, trident, compile_cpp (its warm-up alone outlasts the rest)
   #   deepseek_v2  DeepSeek-V2 with grouped-GEMM experts, torch, eager, trident, compile
-  #                (compile_cpp cannot build aten::_grouped_mm on torch 2.11)
+  #   deepseek_v2_cpp  the same model, eager, trident, compile_cpp (torch 2.11's C++ wrapper
+  #                cannot build aten::_grouped_mm: the warm-up filter drops the regions whose
+  #                compile fails, and the mode runs the rest)
   issue5_args="--layers 4 --new-tokens 128 --warmup 10 --mm generic \
     --max-versions 64 --regions model,layer --budget-s 480 --reserve-s 60"
   case "${LLM_PRESET:-}" in
@@ -142,7 +144,10 @@ B|AB)
       --modes eager,trident,compile_cpp --tag h200_qwen3_cpp"} ;;
     deepseek_v2) LLM_ARGS=${LLM_ARGS:-"--models deepseek_v2 --experts grouped_mm $issue5_args --requests 5 \
       --modes torch,eager,trident,compile --tag h200_deepseek_v2"} ;;
-    *) echo "LLM_PRESET must be qwen3, qwen3_cpp or deepseek_v2, not $LLM_PRESET"; exit 2 ;;
+    deepseek_v2_cpp) LLM_ARGS=${LLM_ARGS:-"--models deepseek_v2 --experts grouped_mm $issue5_args \
+      --requests 5 --modes eager,trident,compile_cpp --tag h200_deepseek_v2_cpp"} ;;
+    *) echo "LLM_PRESET must be qwen3, qwen3_cpp, deepseek_v2 or deepseek_v2_cpp, not $LLM_PRESET"
+       exit 2 ;;
   esac
   [[ -n "${LLM_PRESET:-}" ]] && LLM_S=${LLM_S:-525}
   # One model, 2 layers, 32 tokens: every mode fits ~250 s.  --mm generic: FlagGems' portable

@@ -35,8 +35,9 @@ capture traces the inner ones as the model's own code, and a region that no warm
 Operator filtering (trident and both compile modes): during the warm-up requests every call of
 a registered op runs both the mode's wrapper and the plain eager wrapper (alternating which goes
 first) and times each on the host; an op (or region) whose mode wrapper has a higher median than
-the eager wrapper, or whose outputs were not exactly the eager wrapper's in some warm-up call, is
-dropped, i.e. falls back to the eager wrapper for the measured requests (the tokens of every
+the eager wrapper, or whose outputs were not exactly the eager wrapper's in some warm-up call, or
+which raised where the eager wrapper did not (a compile error: torch 2.11's C++ wrapper on
+DeepSeek-V2's `aten::_grouped_mm`), is dropped, i.e. falls back to the eager wrapper for the measured requests (the tokens of every
 mode must equal eager's: a region that Inductor fuses rounds differently in bf16).  The last
 warm-up requests, one per prompt set (when there are at least two per set), replay the first
 measured prompts in the measured configuration: a request that captures a version gets its
@@ -273,8 +274,11 @@ class OpTiming:
     cand: list = field(default_factory=list)
     base: list = field(default_factory=list)
     differs: int = 0  # warm-up calls whose outputs were not exactly the eager wrapper's
+    failed: str = ""  # the error of the mode's wrapper where the eager wrapper ran fine
 
     def verdict(self, region: bool = False) -> str:
+        if self.failed:
+            return f"dropped (failed: {self.failed})"
         if self.differs:
             return f"dropped (outputs differ from the eager wrapper's in {self.differs} call(s))"
         if region and not self.calls:
@@ -349,6 +353,21 @@ def _same_state(a, b) -> bool:
                for x, y in zip(a, b))
 
 
+def _cand_failed(rec: OpTiming, err: Exception, base, args, kwargs):
+    """A warm-up call raised: the eager wrapper runs on the same arguments (from the state
+    they had, for a region that updates the KV cache). Where it raises too, that is the call's
+    own error and propagates; otherwise the mode's wrapper failed (torch 2.11's C++ wrapper
+    cannot build `aten::_grouped_mm`, for one): the filter drops it, as a slower one, and this
+    call and the later ones run the eager wrapper. (If the eager wrapper ran first and the
+    mode's wrapper then raised, the eager wrapper runs again: a stateful region's state was
+    restored before it.)"""
+    out = _base_call(base, args, kwargs)
+    msg = " ".join(str(err).split())[:200].replace("|", "/")  # (a markdown table cell)
+    rec.failed = f"{type(err).__name__}: {msg}"
+    say(f"!! a warm-up candidate failed where the eager wrapper did not; dropped: {rec.failed}")
+    return out
+
+
 def _stateful_shim(cand, base, rec: OpTiming):
     """timing_shim for a region that updates the KV cache (a decoder layer): each wrapper runs
     from the same cache state (saved before the first, restored before the second); the
@@ -357,6 +376,8 @@ def _stateful_shim(cand, base, rec: OpTiming):
 
     def shim(*args, **kwargs):
         rec.calls += 1
+        if rec.failed:
+            return _base_call(base, args, kwargs)
         objs = _cache_objects(args, kwargs)
         before = _snapshot(objs)
         cand_first = bool(rec.calls % 2)
@@ -364,14 +385,18 @@ def _stateful_shim(cand, base, rec: OpTiming):
             return _base_call(base, a, k)
 
         first, second = (cand, eager) if cand_first else (eager, cand)
-        t0 = perf()
-        out1 = first(*args, **kwargs)
-        t1 = perf()
-        after1 = _snapshot(objs)
-        _restore(objs, before)
-        t2 = perf()
-        out2 = second(*args, **kwargs)
-        t3 = perf()
+        try:
+            t0 = perf()
+            out1 = first(*args, **kwargs)
+            t1 = perf()
+            after1 = _snapshot(objs)
+            _restore(objs, before)
+            t2 = perf()
+            out2 = second(*args, **kwargs)
+            t3 = perf()
+        except Exception as e:  # noqa: BLE001  (the mode's wrapper failed, see _cand_failed)
+            _restore(objs, before)
+            return _cand_failed(rec, e, base, args, kwargs)
         after2 = _snapshot(objs)
         if cand_first:
             out, st, c, ref, ref_st, b = out1, after1, t1 - t0, out2, after2, t3 - t2
@@ -405,20 +430,25 @@ def timing_shim(cand, base, rec: OpTiming, stateful: bool = False):
 
     def shim(*args, **kwargs):
         rec.calls += 1
-        if rec.calls % 2:
-            t0 = perf()
-            out = cand(*args, **kwargs)
-            t1 = perf()
-            ref = _base_call(base, args, kwargs)
-            t2 = perf()
-            c, b = t1 - t0, t2 - t1
-        else:
-            t0 = perf()
-            ref = _base_call(base, args, kwargs)
-            t1 = perf()
-            out = cand(*args, **kwargs)
-            t2 = perf()
-            b, c = t1 - t0, t2 - t1
+        if rec.failed:
+            return _base_call(base, args, kwargs)
+        try:
+            if rec.calls % 2:
+                t0 = perf()
+                out = cand(*args, **kwargs)
+                t1 = perf()
+                ref = _base_call(base, args, kwargs)
+                t2 = perf()
+                c, b = t1 - t0, t2 - t1
+            else:
+                t0 = perf()
+                ref = _base_call(base, args, kwargs)
+                t1 = perf()
+                out = cand(*args, **kwargs)
+                t2 = perf()
+                b, c = t1 - t0, t2 - t1
+        except Exception as e:  # noqa: BLE001  (the mode's wrapper failed, see _cand_failed)
+            return _cand_failed(rec, e, base, args, kwargs)
         if not _same_outputs(out, ref):
             rec.differs += 1
         if rec.record:

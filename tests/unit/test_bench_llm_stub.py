@@ -110,3 +110,72 @@ def test_llm_decode_stub_settle_requests(tmp_path):
         assert measured != "-" and settle.rstrip(" |") != "-", ln
         assert "miss" not in measured, ln
     assert "same (1/1)" in md and "MISMATCH" not in md.split("## torch reference")[0], md
+
+
+def test_warmup_drops_a_candidate_that_fails_where_eager_does_not():
+    """The warm-up filter drops a mode's wrapper that raises where the eager wrapper runs (as
+    torch 2.11's C++ wrapper does on `aten::_grouped_mm`): that call and the later ones return
+    the eager wrapper's outputs; an error the eager wrapper raises too propagates."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import llm_decode as ld
+    import torch
+
+    calls = {"cand": 0}
+
+    def base(x):
+        if x.numel() == 0:
+            raise ValueError("empty input")
+        return x * 2 + 1
+
+    def cand(x):
+        calls["cand"] += 1
+        raise RuntimeError("C++ compile error | aoti shim missing")
+
+    rec = ld.OpTiming(record=True)
+    shim = ld.timing_shim(cand, base, rec)
+    for _ in range(3):
+        x = torch.randn(5)
+        assert torch.equal(shim(x), base(x))
+    assert calls["cand"] == 1  # never called again once it failed
+    v = rec.verdict()
+    assert v.startswith("dropped (failed: RuntimeError: C++ compile error / aoti"), v
+    with pytest.raises(ValueError, match="empty input"):
+        ld.timing_shim(lambda x: x, base, ld.OpTiming())(torch.empty(0))
+    rec2 = ld.OpTiming()
+    with pytest.raises(ValueError, match="empty input"):
+        ld.timing_shim(cand, base, rec2)(torch.empty(0))
+    assert not rec2.failed  # eager's own error: not the candidate's failure
+
+
+def test_warmup_failed_stateful_candidate_leaves_eagers_cache_state():
+    """A region that updates the KV cache: when the mode's wrapper fails halfway (after it
+    changed the cache), the cache is restored and the eager wrapper's update is the one kept."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import llm_decode as ld
+    import torch
+
+    class Layer:
+        def __init__(self):
+            self.keys = torch.zeros(2)
+
+    class DynamicCache:
+        def __init__(self):
+            self.layers = [Layer()]
+
+    def base(x, past_key_values):
+        past_key_values.layers[0].keys = torch.cat([past_key_values.layers[0].keys, x])
+        return x + 1
+
+    def cand(x, past_key_values):
+        past_key_values.layers[0].keys = torch.full((7,), 9.0)  # a half-done update
+        raise RuntimeError("compile failed")
+
+    for first in (1, 2):  # the candidate runs first on odd calls, second on even ones
+        rec = ld.OpTiming(calls=first - 1)
+        shim = ld.timing_shim(cand, base, rec, stateful=True)
+        cache = DynamicCache()
+        x = torch.randn(3)
+        out = shim(x, past_key_values=cache)
+        assert torch.equal(out, x + 1)
+        assert torch.equal(cache.layers[0].keys, torch.cat([torch.zeros(2), x]))
+        assert rec.verdict().startswith("dropped (failed: RuntimeError: compile failed")
