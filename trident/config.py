@@ -38,6 +38,10 @@ KNOBS = {
         Knob("TRIDENT_PROFILE", "0", "1: versions generated from then on time their guards "
              "and their program (two clock reads per call); trident.explain and "
              "trident.profile report the mean per call (for finding where a call's time goes)."),
+        Knob("TRIDENT_REUSE_BUFFERS", "1", "1: an elementwise add/sub/mul/relu/neg whose "
+             "first argument is a dead intermediate of the same dtype, sizes and strides runs "
+             "in place on it (no allocation; only where no autograd records); 0: never "
+             "(read at capture)."),
         Knob("TRIDENT_ASSERT_NO_RECOMPILE", "0", "1: a specialization miss after the "
              "first version raises RecompileError (for tests and serving)."),
     )
@@ -80,6 +84,10 @@ def disabled() -> bool:
 
 def profile() -> bool:
     return _get("TRIDENT_PROFILE") == "1"
+
+
+def reuse_buffers() -> bool:
+    return _get("TRIDENT_REUSE_BUFFERS") == "1"
 
 
 def assert_no_recompile() -> bool:

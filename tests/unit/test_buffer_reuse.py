@@ -1,0 +1,149 @@
+"""In-place reuse of dead intermediates (ir/lower.py, _INPLACE): an elementwise add/sub/mul/
+relu/neg whose first argument is an intermediate nothing else reads runs in place on it. Every
+case compares with eager on fresh random inputs (values, dtype, sizes and strides), and checks
+from the version's program whether the reuse happened, including where it must not."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import trident
+from trident import config
+
+
+def _program(f) -> str:
+    return trident.explain(f).split("program", 1)[1]
+
+
+def _same(out, ref):
+    outs = out if isinstance(out, tuple) else (out,)
+    refs = ref if isinstance(ref, tuple) else (ref,)
+    assert len(outs) == len(refs)
+    for o, r in zip(outs, refs):
+        assert o.dtype == r.dtype and o.shape == r.shape and o.stride() == r.stride()
+        assert torch.equal(o, r)
+
+
+def _check(fn, make, calls=3):
+    f = trident.jit(fn)
+    for _ in range(calls):
+        args = make()
+        keep = [a.clone() for a in args]
+        _same(f(*args), fn(*args))
+        for a, k in zip(args, keep):  # the caller's tensors are never written
+            assert torch.equal(a, k)
+    return f
+
+
+def _chain(x, w, b):
+    return torch.relu(x * w + b)
+
+
+def test_chain_runs_in_place_and_equals_eager():
+    f = _check(_chain, lambda: (torch.randn(16, 16), torch.randn(16, 16), torch.randn(16)))
+    prog = _program(f)
+    assert "aten::add_.Tensor" in prog and "aten::relu_" in prog, prog
+    assert "aten::mul.Tensor" in prog  # its operands are the caller's: not reused
+
+
+def test_knob_off_keeps_functional_operators():
+    with config.scope(TRIDENT_REUSE_BUFFERS="0"):
+        f = _check(_chain, lambda: (torch.randn(8, 8), torch.randn(8, 8), torch.randn(8)))
+    prog = _program(f)
+    assert "add_" not in prog and "relu_" not in prog, prog
+
+
+def test_returned_intermediate_is_not_reused():
+    def fn(x, w, b):
+        t = x * w
+        return t + b, t
+
+    f = _check(fn, lambda: (torch.randn(8, 8), torch.randn(8, 8), torch.randn(8)))
+    assert "add_" not in _program(f)
+
+
+def test_intermediate_with_a_view_is_not_reused():
+    def fn(x, w, b):
+        t = x * w
+        v = t.view(-1)
+        return t + b, v * 2
+
+    f = _check(fn, lambda: (torch.randn(8, 8), torch.randn(8, 8), torch.randn(8)))
+    assert "add_" not in _program(f)
+
+
+def test_intermediate_read_twice_is_not_reused():
+    def fn(x, w):
+        t = x * w
+        return t * t
+
+    f = _check(fn, lambda: (torch.randn(8, 8), torch.randn(8, 8)))
+    assert "mul_" not in _program(f)
+
+
+def test_type_promotion_is_not_reused():
+    def fn(x, w, b):
+        return (x * w) + b  # bf16 intermediate, float32 result
+
+    f = _check(fn, lambda: (torch.randn(8, 8, dtype=torch.bfloat16),
+                            torch.randn(8, 8, dtype=torch.bfloat16), torch.randn(8, 8)))
+    assert "add_" not in _program(f)
+
+
+def test_broadcast_to_a_larger_shape_is_not_reused():
+    def fn(x, w, m):
+        return (x * w) + m  # (8,) intermediate, (4, 8) result
+
+    f = _check(fn, lambda: (torch.randn(8), torch.randn(8), torch.randn(4, 8)))
+    assert "add_" not in _program(f)
+
+
+@pytest.mark.parametrize("other", [(6, 1), (6, 8), (8, 6)])
+def test_transposed_operands_keep_eagers_strides(other):
+    def fn(x, w, b):
+        b = b.t() if b.shape == (8, 6) else b
+        return torch.relu(x.t() * w.t() - b)
+
+    _check(fn, lambda: (torch.randn(8, 6), torch.randn(8, 6), torch.randn(*other)))
+    # whatever ran in place, _check compared the result's strides with eager's
+
+
+def test_requires_grad_input_is_not_reused_and_grads_match():
+    f = trident.jit(_chain)
+    for _ in range(2):
+        x = torch.randn(8, 8, requires_grad=True)
+        w, b = torch.randn(8, 8), torch.randn(8)
+        out = f(x, w, b)
+        x2 = x.detach().clone().requires_grad_(True)
+        ref = _chain(x2, w, b)
+        assert torch.equal(out, ref)
+        g = torch.randn_like(ref)
+        out.backward(g)
+        ref.backward(g)
+        assert torch.equal(x.grad, x2.grad)
+    assert "add_" not in _program(f) and "relu_" not in _program(f)
+
+
+def test_no_grad_allows_reuse_with_requires_grad_inputs():
+    f = trident.jit(_chain)
+    with torch.no_grad():
+        _check(_chain, lambda: (torch.randn(8, 8, requires_grad=True), torch.randn(8, 8),
+                                torch.randn(8)))
+        for _ in range(2):
+            x, w, b = torch.randn(8, 8, requires_grad=True), torch.randn(8, 8), torch.randn(8)
+            _same(f(x, w, b), _chain(x, w, b))
+    assert "aten::add_.Tensor" in _program(f)
+
+
+@pytest.mark.parametrize("n", [5, 9, 17])
+def test_dynamic_sizes(n):
+    def fn(x, w, b):
+        return -(torch.relu(x * w + b) - b)
+
+    f = trident.jit(fn, dynamic=True)
+    for m in (n, n + 3, 2 * n):
+        x, w, b = torch.randn(m, 4), torch.randn(m, 4), torch.randn(4)
+        _same(f(x, w, b), fn(x, w, b))
+    assert trident.stats(f)["versions"] == 1, trident.explain(f)
+    assert "aten::add_.Tensor" in _program(f) and "aten::neg_" in _program(f)
