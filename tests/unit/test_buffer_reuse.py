@@ -147,3 +147,15 @@ def test_dynamic_sizes(n):
         _same(f(x, w, b), fn(x, w, b))
     assert trident.stats(f)["versions"] == 1, trident.explain(f)
     assert "aten::add_.Tensor" in _program(f) and "aten::neg_" in _program(f)
+
+
+def test_shape_branch_reuses_after_sin_and_cos():
+    def fn(x):
+        return torch.sin(x) * 2 if x.shape[0] > 8 else torch.cos(x) + 1
+
+    f = trident.jit(fn)
+    for n in (16, 4, 16, 4):
+        x = torch.randn(n, 32)
+        _same(f(x), fn(x))
+    prog = _program(f)
+    assert "aten::mul_.Tensor" in prog and "aten::add_.Tensor" in prog, prog

@@ -39,9 +39,11 @@ _INPLACE = {
 # Operators whose result is always a new tensor that aliases nothing (ATen's functional
 # contract), so that once its only reader runs in place on it nothing observes the change.
 _FRESH = set(_INPLACE) | {
-    "aten::div.Tensor", "aten::exp.", "aten::rsqrt.", "aten::sqrt.", "aten::sigmoid.",
-    "aten::tanh.", "aten::silu.", "aten::pow.Tensor_Scalar", "aten::_to_copy.", "aten::clone.",
-    "aten::mean.dim", "aten::sum.dim_IntList", "aten::mm.", "aten::bmm.", "aten::_softmax.",
+    "aten::div.Tensor", "aten::exp.", "aten::log.", "aten::rsqrt.", "aten::sqrt.",
+    "aten::sin.", "aten::cos.", "aten::abs.", "aten::reciprocal.", "aten::sigmoid.",
+    "aten::tanh.", "aten::silu.", "aten::gelu.", "aten::pow.Tensor_Scalar",
+    "aten::pow.Tensor_Tensor", "aten::_to_copy.", "aten::clone.", "aten::mean.dim",
+    "aten::sum.dim_IntList", "aten::mm.", "aten::bmm.", "aten::addmm.", "aten::_softmax.",
     "aten::where.self", "aten::cat.",
 }
 
