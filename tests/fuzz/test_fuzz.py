@@ -16,6 +16,8 @@ The family covers:
 * in-place ops (``add_``, ``mul_``, ``clamp_``, ``copy_``, ``fill_``, ``zero_``, setitem,
   ...) on inputs, on views of inputs and on intermediates, also as expressions
   (``t = x.add_(1)``);
+* chains of elementwise ops (``+ - *``, ``relu``, negation), each on the previous one's
+  result, which is dead after it (what the lowering may run in place);
 * reductions (``sum``/``mean``/``amax``/``prod`` over dims, ``keepdim``, ``dtype=``,
   ``argmax``); broadcasting binary ops between tensors, Python scalars and sizes; dtype
   conversions; ``cat``/``stack``; ``@``; factories sized by (dynamic) ints;
@@ -649,8 +651,25 @@ class Gen:
         kind = self.d(_w((4, "view"), (5, "elementwise"), (3, "reduction"), (4, "inplace"),
                          (2, "inplace_expr"), (1, "intvar"), (1, "factory"), (2, "branch"),
                          (2, "early_return"), (1, "cat"), (1, "local_list"), (1, "raise"),
-                         (1, "loop"), (1, "seq")))
-        if kind in ("view", "elementwise", "reduction"):
+                         (1, "loop"), (1, "seq"), (2, "chain")))
+        if kind == "chain":
+            # elementwise operators each applied to the previous one's result (dead after it:
+            # what the lowering may run in place), starting from a fresh intermediate
+            a, n = self.tensor()
+            cur = self.pick([f"({a} * 2)", f"{a}.sin()", f"{a}.float()", f"({a} + {a})",
+                             f"{a}.abs()", f"torch.relu({a})"])
+            for _ in range(self.d(st.integers(1, 4))):
+                op = self.d(_w((3, "+"), (2, "-"), (3, "*"), (1, "relu"), (1, "neg")))
+                if op in "+-*":
+                    b, nb = self.operand(n)
+                    n = max(n, nb)
+                    cur = f"({cur} {op} {b})"
+                else:
+                    cur = f"torch.relu({cur})" if op == "relu" else f"(-{cur})"
+            v = self.new()
+            self.lines.append(f"{ind}{v} = {cur}")
+            self.tvars.append((v, n))
+        elif kind in ("view", "elementwise", "reduction"):
             a, n = self.tensor(min_ndim=1 if kind == "view" and self.d(st.booleans()) else 0)
             code, nd = getattr(self, f"{kind}_expr")(a, n)
             v = self.new()

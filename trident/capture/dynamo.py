@@ -237,6 +237,42 @@ def _concrete(xs):
     return tuple(out)
 
 
+def _mode_change(gm) -> str | None:
+    """Why the graph cannot become a version, if it changes grad mode, inference mode or
+    autocast inside the function (`with torch.no_grad()`, `torch.enable_grad()`,
+    `torch.inference_mode()`, `torch.autocast(...)`): Dynamo records those as graph nodes, the
+    ATen trace does not, and a version's program would run every operator under the caller's
+    state (a `no_grad` block's results would record autograd history and change gradients).
+    Dynamo records a grad-mode node only where the mode changes; an autocast or inference-mode
+    entry that changes nothing (autocast disabled where it is off, as in transformers' rotary
+    embeddings) is allowed. This runs in the capturing call, whose state the versions' global-
+    state guard then fixes."""
+    import torch.amp.autocast_mode as am
+    import torch.autograd.grad_mode as gmode
+
+    for n in gm.graph.nodes:
+        if n.op != "call_function":
+            continue
+        t = n.target
+        if t is torch._C._set_grad_enabled:
+            return ("the function changes grad mode inside (torch.no_grad, torch.enable_grad or "
+                    "set_grad_enabled): a version runs its operators under the caller's")
+        if t is getattr(gmode, "_enter_inference_mode", None):
+            mode = n.args[0] if n.args else True
+            if bool(mode) != torch.is_inference_mode_enabled():
+                return ("the function changes inference mode inside: a version runs its "
+                        "operators under the caller's")
+        if t is getattr(am, "_enter_autocast", None):
+            a = list(n.args)
+            device = a[0] if a else "cuda"
+            enabled = a[2] if len(a) > 2 else n.kwargs.get("enabled", True)
+            if enabled or torch.is_autocast_enabled(device):
+                return (f"the function enters torch.autocast({device!r}, enabled={enabled}) "
+                        "while that changes the autocast state: a version runs its operators "
+                        "under the caller's")
+    return None
+
+
 def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Capture:
     """Capture `fn(*args, **kwargs)`; raises CaptureError / UnsupportedError.
 
@@ -272,6 +308,9 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
             inputs.append(GraphInput(ga.source if ga is not None else None, ex))
             fakes.append(ex)
         st["inputs"] = inputs
+        change = _mode_change(gm)
+        if change is not None:
+            st["unsupported"] = change
         try:
             st["ret"] = _describe_return(tx, gm, stores, fn)
         except UnsupportedError as e:

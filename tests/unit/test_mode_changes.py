@@ -1,0 +1,118 @@
+"""A function that changes grad mode, inference mode or autocast inside (`with torch.no_grad()`,
+`torch.enable_grad()`, `torch.inference_mode()`, `torch.autocast(...)`) runs eagerly: Dynamo
+records the change as a graph node, the ATen trace does not, and a version's program ran every
+operator under the caller's state (wrong gradients, dtypes and inference flags). A change that
+changes nothing (autocast disabled where it is off) still compiles. Every case compares with
+eager on fresh inputs over several calls."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import trident
+
+
+def _calls(f, fn, make, check, n=3):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the one fallback warning
+        for _ in range(n):
+            args = make()
+            ref_args = [a.detach().clone().requires_grad_(a.requires_grad) for a in args]
+            check(f(*args), fn(*ref_args), args, ref_args)
+
+
+def _no_grad_inside(x, w):
+    with torch.no_grad():
+        t = x * w
+    return t + x
+
+
+def _enable_grad_inside(x, w):
+    with torch.enable_grad():
+        return (x * w).exp() + 1
+
+
+def _grads_match(out, ref, args, ref_args):
+    assert torch.equal(out, ref) and out.requires_grad == ref.requires_grad
+    if ref.requires_grad:
+        g = torch.randn_like(ref)
+        (ga,) = torch.autograd.grad(out, args[0], g)
+        (gr,) = torch.autograd.grad(ref, ref_args[0], g)
+        assert torch.equal(ga, gr)
+
+
+def _reason(f) -> str:
+    return trident.explain(f).splitlines()[1]
+
+
+def test_no_grad_block_inside_runs_eagerly_with_eagers_gradients():
+    f = trident.jit(_no_grad_inside)
+    _calls(f, _no_grad_inside,
+           lambda: (torch.randn(5, requires_grad=True), torch.randn(5)), _grads_match)
+    assert "changes grad mode inside" in _reason(f)
+
+
+def test_enable_grad_block_under_no_grad_runs_eagerly():
+    f = trident.jit(_enable_grad_inside)
+    with torch.no_grad():
+        _calls(f, _enable_grad_inside,
+               lambda: (torch.randn(5, requires_grad=True), torch.randn(5)), _grads_match)
+    assert "changes grad mode inside" in _reason(f)
+
+
+def test_strict_mode_raises_on_a_grad_mode_change():
+    f = trident.jit(_no_grad_inside, strict=True)
+    with pytest.raises(trident.UnsupportedError, match="changes grad mode inside"):
+        f(torch.randn(3, requires_grad=True), torch.randn(3))
+
+
+def _matmul_autocast_off(x, w):
+    with torch.autocast("cpu", enabled=False):
+        return x @ w
+
+
+def _same_dtype_and_values(out, ref, args, ref_args):
+    assert out.dtype == ref.dtype and torch.equal(out, ref)
+
+
+def test_autocast_disabled_inside_an_autocast_region_runs_eagerly():
+    f = trident.jit(_matmul_autocast_off)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _calls(f, _matmul_autocast_off, lambda: (torch.randn(4, 4), torch.randn(4, 4)),
+               _same_dtype_and_values)
+    assert "torch.autocast('cpu', enabled=False)" in _reason(f)
+
+
+def test_autocast_disabled_where_it_is_off_still_compiles():
+    f = trident.jit(_matmul_autocast_off)
+    _calls(f, _matmul_autocast_off, lambda: (torch.randn(4, 4), torch.randn(4, 4)),
+           _same_dtype_and_values)
+    st = trident.stats(f)
+    assert st["versions"] == 1 and st["fallbacks"] == 0 and sum(st["hits"]) >= 2, \
+        trident.explain(f)
+
+
+def test_autocast_enabled_inside_runs_eagerly():
+    def fn(x, w):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return x @ w
+
+    f = trident.jit(fn)
+    _calls(f, fn, lambda: (torch.randn(4, 4), torch.randn(4, 4)), _same_dtype_and_values)
+    assert "enabled=True" in _reason(f)
+
+
+def test_inference_mode_inside_runs_eagerly():
+    def fn(x):
+        with torch.inference_mode():
+            return x * 2
+
+    def check(out, ref, args, ref_args):
+        assert torch.equal(out, ref) and out.is_inference() == ref.is_inference()
+
+    f = trident.jit(fn)
+    _calls(f, fn, lambda: (torch.randn(3),), check)
+    assert "inference mode inside" in _reason(f)
