@@ -159,3 +159,33 @@ def test_shape_branch_reuses_after_sin_and_cos():
         _same(f(x), fn(x))
     prog = _program(f)
     assert "aten::mul_.Tensor" in prog and "aten::add_.Tensor" in prog, prog
+
+
+def test_empty_tensor_keeps_eagers_strides():
+    """Found by the fuzzer: an empty intermediate's real strides differ from the trace's
+    ((0, 0, 2) transposed: `y * 1` has strides (0, 1, 0), `+ 0` of it (2, 2, 1)), so an
+    empty tensor is never reused."""
+    def fn(y):
+        t = y * 1
+        for i in range(2):
+            t = t + i
+        return t
+
+    f = _check(fn, lambda: (torch.empty(2, 0, 0).transpose(0, 2),))
+    assert "add_" not in _program(f)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: (torch.randn(4, 1).t(), torch.randn(1, 4)),
+    lambda: (torch.randn(3, 1, 1).permute(1, 2, 0), torch.randn(3)),
+    lambda: (torch.randn(3, 2, 1, 1), torch.randn(1, 1, 2, 3).permute(3, 2, 1, 0)),
+])
+def test_size_one_dims_keep_eagers_strides(make):
+    """A size-1 dimension's stride in the trace can differ from the real kernels' (fake
+    tensors canonicalize it, TensorIterator keeps an input's): `y * 1.5` on (4, 1).t() has
+    strides (1, 1) for real, (4, 1) traced. Such tensors are never reused."""
+    def fn(y, z):
+        return torch.relu(y * 1.5 + z) - 1
+
+    f = _check(fn, make)
+    assert "add_" not in _program(f) and "relu_" not in _program(f)

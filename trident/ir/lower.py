@@ -272,9 +272,15 @@ class _Lowering:
         a, b = src.meta.get("val"), node.meta.get("val")
         if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
             return False
+        # Not where a size is 0 or 1: there the trace's strides can differ from the real
+        # kernels' (fake tensors canonicalize them; TensorIterator keeps an input's), and in
+        # place keeps the intermediate's (`y * 1.5` on y = (4, 1).t(): real strides (1, 1),
+        # traced (4, 1); `+ z` of it (4, 1) in both; a (0, 0, 2) transposed y likewise).
+        # Dynamo specializes sizes 0 and 1, so a symbolic size is neither.
         return (a.dtype == b.dtype and a.device == b.device and a.layout == torch.strided
                 and b.layout == torch.strided and _same_ints(a.shape, b.shape)
-                and _same_ints(a.stride(), b.stride()))
+                and _same_ints(a.stride(), b.stride())
+                and not any(type(d) is int and d < 2 for d in a.shape))
 
     def getitem(self, node) -> None:
         base, idx = node.args
