@@ -165,7 +165,7 @@ class _VersionGen:
             return self.leaf(e.leaf)
         if isinstance(e, ir.UnOp):
             a = sub(e.operand)
-            return {"-": f"(-{a})", "not": f"(!{a})", "abs": f"trt_abs({a})"}[e.op]
+            return {"-": f"trt_neg({a}, &ok)", "not": f"(!{a})", "abs": f"trt_abs({a}, &ok)"}[e.op]
         if isinstance(e, ir.BinOp):
             a, b = sub(e.lhs), sub(e.rhs)
             if e.op == "//":
@@ -176,6 +176,8 @@ class _VersionGen:
                 return f"trt_{e.op}({a}, {b})"
             if e.op in ("<<", ">>"):
                 return f"trt_shift({a}, {b}, {int(e.op == '<<')}, &ok)"
+            if e.op in ("+", "-", "*"):  # beyond int64: fails (Python's ints do not wrap)
+                return f"trt_{ {'+': 'add', '-': 'sub', '*': 'mul'}[e.op] }({a}, {b}, &ok)"
             op = {"and": "&&", "or": "||"}.get(e.op, e.op)
             return f"({a} {op} {b})"
         raise UnsupportedError(f"cannot emit expression {e}")
@@ -416,7 +418,15 @@ class _VersionGen:
                     f"  api->frame_set_double(F, {ins.slot}, PyFloat_AS_DOUBLE({o}));")
         elif isinstance(ins, ir.SymDef):
             self.lines.insert(0, f"  int64_t {ins.var} = 0;")
-            self.lines.append(f"  ok = 1; {ins.var} = {self.expr(ins.expr)}; if (!ok) goto bad_arg;")
+            # An integer beyond int64 (or a division by zero): a miss, so that the call runs
+            # as eager does (Python's ints do not overflow); after a side effect no miss can
+            # undo, an error.
+            late = ("{ PyErr_SetString(PyExc_OverflowError, \"trident: an integer of the "
+                    "version's program is beyond int64 (or divided by zero) after the program "
+                    "wrote to its arguments\"); goto error; }")
+            miss = f"FAIL({len(self.v.guards)})"
+            self.lines.append(f"  ok = 1; {ins.var} = {self.expr(ins.expr)}; "
+                              f"if (!ok) {late if self.side_effects else miss};")
             self.lines.append(f"  api->frame_set_int(F, {ins.slot}, {ins.var});")
         elif isinstance(ins, ir.SymFromSlot):
             self.lines.insert(0, f"  int64_t {ins.var} = 0;")
@@ -691,8 +701,10 @@ _TOTAL_OPS = frozenset(("+", "-", "*", "|", "&", "^", "max", "min",
 
 
 def _total(e) -> bool:
-    """An operation whose C neither sets `ok` nor short-circuits (leaves are not worth a
-    temporary)."""
+    """An operation whose C does not short-circuit and sets `ok` only on an int64 overflow
+    (leaves are not worth a temporary). A temporary is evaluated even where the expression
+    would short-circuit past it, so an overflow there makes the guard miss where Python's
+    would not have evaluated it: a needless capture, never a wrong hit."""
     if isinstance(e, ir.BinOp):
         if e.op in _TOTAL_OPS:
             return True

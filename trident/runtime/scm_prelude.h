@@ -282,7 +282,32 @@ static inline int64_t trt_shift(int64_t a, int64_t b, int left, int *ok) {
 
 static inline int64_t trt_max(int64_t a, int64_t b) { return a > b ? a : b; }
 static inline int64_t trt_min(int64_t a, int64_t b) { return a < b ? a : b; }
-static inline int64_t trt_abs(int64_t a) { return a < 0 ? -a : a; }
+
+/* + - * and negation on int64 where Python's ints do not overflow: a result beyond int64
+   fails (*ok = 0: a guard misses, a program's integer misses) instead of wrapping. */
+static inline int64_t trt_add(int64_t a, int64_t b, int *ok) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) { *ok = 0; return 0; }
+  return r;
+}
+static inline int64_t trt_sub(int64_t a, int64_t b, int *ok) {
+  int64_t r;
+  if (__builtin_sub_overflow(a, b, &r)) { *ok = 0; return 0; }
+  return r;
+}
+static inline int64_t trt_mul(int64_t a, int64_t b, int *ok) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) { *ok = 0; return 0; }
+  return r;
+}
+static inline int64_t trt_neg(int64_t a, int *ok) {
+  if (a == INT64_MIN) { *ok = 0; return 0; }
+  return -a;
+}
+static inline int64_t trt_abs(int64_t a, int *ok) {
+  if (a == INT64_MIN) { *ok = 0; return 0; }
+  return a < 0 ? -a : a;
+}
 
 /* ---- cheap loads of attributes guards often read ---------------------- */
 
