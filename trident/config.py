@@ -40,7 +40,8 @@ KNOBS = {
              "trident.profile report the mean per call (for finding where a call's time goes)."),
         Knob("TRIDENT_REUSE_BUFFERS", "1", "1: an elementwise add/sub/mul/relu/neg whose "
              "first argument is a dead intermediate of the same dtype, sizes and strides runs "
-             "in place on it (no allocation; only where no autograd records); 0: never "
+             "in place on it (no allocation; not for sizes 0 or 1, only where no autograd "
+             "records); 0: never "
              "(read at capture)."),
         Knob("TRIDENT_ASSERT_NO_RECOMPILE", "0", "1: a specialization miss after the "
              "first version raises RecompileError (for tests and serving)."),
