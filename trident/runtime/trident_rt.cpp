@@ -106,6 +106,12 @@ int64_t tensor_prop(PyObject* obj, int32_t kind, int32_t dim, int* ok) {
   return kind == 0 ? impl->sizes()[dim] : impl->strides()[dim];
 }
 
+#ifdef TRT_HAS_NAMED_TENSORS
+const c10::DispatchKeySet kNamedKey(c10::DispatchKey::Named);
+#else
+const c10::DispatchKeySet kNamedKey;  // no Named key to leave out
+#endif
+
 void global_state_snapshot(trt_global_state* g) {
   int64_t* w = g->w;
   for (int i = 0; i < TRT_GLOBAL_STATE_WORDS; ++i) w[i] = 0;
@@ -126,8 +132,14 @@ void global_state_snapshot(trt_global_state* g) {
   w[14] = static_cast<int64_t>(hooks.stack.size());
   w[15] = hooks.disabled_error_message.has_value();
   const auto local = c10::impl::tls_local_dispatch_key_set();
-  w[16] = static_cast<int64_t>(local.included_.raw_repr());
-  w[17] = static_cast<int64_t>(local.excluded_.raw_repr());
+  // Without the Named key (torch <= 2.12): at::NoNamesGuard excludes it, and on torch 2.11's
+  // CUDA build linear and matmul run their mm/bmm under it while a version's program calls
+  // aten::mm/bmm directly, so a wrapper of those saw two states for the same calls. It
+  // changes only how tensors carrying names dispatch, and every tensor a version reads is
+  // matched on its own key set (Named where it has names), so both states share versions,
+  // as under Dynamo's guards (they apply the thread-local sets to each tensor's keys).
+  w[16] = static_cast<int64_t>((local.included_ - kNamedKey).raw_repr());
+  w[17] = static_cast<int64_t>((local.excluded_ - kNamedKey).raw_repr());
   w[18] = c10::impl::TorchDispatchModeTLS::stack_len();
   w[20] = at::autocast::is_autocast_cache_enabled();
   w[21] = static_cast<int64_t>(ctx.float32MatmulPrecision());  // covers allow_tf32 (cuBLAS)
