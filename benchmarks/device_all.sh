@@ -125,9 +125,9 @@ B|AB)
     --modes eager,torch,trident,compile,compile_noguard --budget-s 225 --tag h200} \
     --out-dir "$OUT"
   # LLM_PRESET: issue 5's settings, one model per device call (each ~5-8 minutes, LLM_S 525);
-  # measured requests per prompt set: 9 for Qwen3 (with 5, one mode's requests in a set spread
-  # up to 2x, and two modes running the same wrappers differed by 16% in one set's medians:
-  # session 15), 5 for DeepSeek-V2 (its warm-ups are longer):
+  # measured requests per prompt set: 9 (with 5, one mode's requests in a set spread up to 2x,
+  # and two modes running the same wrappers differed by 16% in one set's medians: sessions
+  # 15-16; DeepSeek-V2 with 5 took 288 s for four modes, so 9 fit in the 480 s budget):
   #   qwen3        Qwen3, torch, eager, trident, compile
   #   qwen3_cpp    Qwen3, eager, trident, compile_cpp (its warm-up alone outlasts the rest)
   #   deepseek_v2  DeepSeek-V2 with grouped-GEMM experts, torch, eager, trident, compile
@@ -142,10 +142,10 @@ B|AB)
       --modes torch,eager,trident,compile --tag h200_qwen3"} ;;
     qwen3_cpp) LLM_ARGS=${LLM_ARGS:-"--models qwen3 $issue5_args --requests 9 \
       --modes eager,trident,compile_cpp --tag h200_qwen3_cpp"} ;;
-    deepseek_v2) LLM_ARGS=${LLM_ARGS:-"--models deepseek_v2 --experts grouped_mm $issue5_args --requests 5 \
+    deepseek_v2) LLM_ARGS=${LLM_ARGS:-"--models deepseek_v2 --experts grouped_mm $issue5_args --requests 9 \
       --modes torch,eager,trident,compile --tag h200_deepseek_v2"} ;;
     deepseek_v2_cpp) LLM_ARGS=${LLM_ARGS:-"--models deepseek_v2 --experts grouped_mm $issue5_args \
-      --requests 5 --modes eager,trident,compile_cpp --tag h200_deepseek_v2_cpp"} ;;
+      --requests 9 --modes eager,trident,compile_cpp --tag h200_deepseek_v2_cpp"} ;;
     *) echo "LLM_PRESET must be qwen3, qwen3_cpp, deepseek_v2 or deepseek_v2_cpp, not $LLM_PRESET"
        exit 2 ;;
   esac

@@ -899,6 +899,9 @@ class ModeSession:
                 for op, w in self.wrappers.items():
                     try:
                         self.run.trident[op] = trident_status(w)
+                        # the capture reasons of misses after the warm-up (a measured
+                        # request's) are only in a fresh explain text
+                        self.run.explain[op] = trident.explain(w)
                         say(f"   trident {self.name} {op}: {self.run.trident[op]}")
                     except Exception as e2:  # noqa: BLE001
                         self.run.trident[op] = f"stats failed: {type(e2).__name__}: {e2}"
