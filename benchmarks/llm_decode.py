@@ -739,6 +739,7 @@ class ModeRun:
     kept: dict = field(default_factory=dict)  # op -> "mode" | "eager"
     trident: dict = field(default_factory=dict)  # op -> status line
     explain: dict = field(default_factory=dict)  # op -> trident.explain text
+    warm_versions: dict = field(default_factory=dict)  # op -> Trident versions after warm-up
     # op -> (calls per token, median host us per call, host ms per token) in one extra request
     breakdown: dict = field(default_factory=dict)
     breakdown_tpot: float = float("nan")  # that request's TPOT, ms
@@ -985,6 +986,7 @@ class ModeSession:
         if mode == "trident":
             for op, w in self.wrappers.items():
                 self.warm_misses[op] = trident.stats(w)["misses"]
+                run.warm_versions[op] = trident.stats(w)["versions"]
                 run.explain[op] = trident.explain(w)
                 say("   " + run.explain[op].split("\n")[0])
 
@@ -1214,6 +1216,29 @@ def stalls(runs) -> list:
     return head + out[:40] + ([f"- ... {len(out) - 40} more"] if len(out) > 40 else [])
 
 
+_CAPTURED = re.compile(r"^version (\d+)  \(captured because: (.*)\)$", re.M)
+
+
+def late_captures(runs, width: int = 900) -> list:
+    """Why each Trident version captured after the warm-up (in a measured or the timed
+    request) was captured: the reason from the explain text, cut to `width` characters (the
+    whole text is in the report's `_trident.txt`)."""
+    out = []
+    for run in runs:
+        for op, text in run.explain.items():
+            first = run.warm_versions.get(op)
+            if first is None:
+                continue
+            for m in _CAPTURED.finditer(text):
+                if int(m.group(1)) >= first:
+                    why = m.group(2)
+                    why = why if len(why) <= width else why[:width] + " ..."
+                    out.append(f"- {run.model}/{op} version {m.group(1)}: {why}")
+    if not out:
+        return []
+    return ["", "## Trident captures after the warm-up", ""] + out
+
+
 def per_request(runs) -> list:
     """Every measured request of every mode, in the order run: end to end and TTFT (ms) and,
     under Trident, the misses (captures) its wrappers had during it; then the warm-up's
@@ -1390,6 +1415,7 @@ def write_report(runs, prov, a, path_md, layers_of, elapsed) -> None:
     lines += ratios
     lines += stalls(runs)
     lines += per_request(runs)
+    lines += late_captures(runs)
     lines += ["", "## torch reference vs eager tokens (numerics may differ)", ""]
     for model in layers_of:
         run = by.get((model, "torch"))

@@ -93,6 +93,32 @@ def test_stalled_tokens_are_reported():
     assert ld.stalls([calm])[-1].startswith("none")
 
 
+def test_captures_after_the_warm_up_are_listed_with_their_reason():
+    """A capture after the warm-up (in a measured request) is listed with the guard that
+    failed, from the wrapper's explain text; the warm-up's own captures are not."""
+    import torch
+
+    import trident
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import llm_decode as ld
+
+    w = trident.jit(lambda x: x * 2 + 1)
+    for n in (3, 4, 5):  # the warm-up: a static version, then a dynamic one
+        w(torch.randn(n))
+    run = ld.ModeRun("trident", "qwen3", explain={"mm": trident.explain(w)},
+                     warm_versions={"mm": trident.stats(w)["versions"]})
+    assert ld.late_captures([run]) == []
+    x = torch.randn(2, 3)  # a measured request with a new rank
+    assert torch.equal(w(x), x * 2 + 1)
+    run.explain["mm"] = trident.explain(w)
+    lines = ld.late_captures([run])
+    late = [ln for ln in lines if ln.startswith("- ")]
+    v = trident.stats(w)["versions"] - 1
+    assert len(late) == 1 and late[0].startswith(f"- qwen3/mm version {v}: "), lines
+    assert "failed guard" in late[0] and "tensor_match" in late[0], late
+
+
 def test_llm_decode_stub_settle_requests(tmp_path):
     """The warm-up ends by replaying the first measured prompt of each set in the measured
     configuration, so that no Trident capture happens inside a measured request: the first
