@@ -2,7 +2,8 @@
 `torch.enable_grad()`, `torch.inference_mode()`, `torch.autocast(...)`) runs eagerly: Dynamo
 records the change as a graph node, the ATen trace does not, and a version's program ran every
 operator under the caller's state (wrong gradients, dtypes and inference flags). A change that
-changes nothing (autocast disabled where it is off) still compiles. Every case compares with
+changes nothing (autocast disabled where it is off; grad mode where no tensor requires grad)
+still compiles. Every case compares with
 eager on fresh inputs over several calls."""
 
 from __future__ import annotations
@@ -60,6 +61,48 @@ def test_enable_grad_block_under_no_grad_runs_eagerly():
     with torch.no_grad():
         _calls(f, _enable_grad_inside,
                lambda: (torch.randn(5, requires_grad=True), torch.randn(5)), _grads_match)
+    assert "changes grad mode inside" in _reason(f)
+
+
+def _no_grad_and_values(out, ref, args, ref_args):
+    assert torch.equal(out, ref) and out.requires_grad == ref.requires_grad
+
+
+def test_no_grad_block_where_nothing_requires_grad_compiles():
+    """With no tensor requiring grad, a grad-mode change alters nothing a version computes:
+    the version runs natively, and a later call with a tensor that requires grad misses
+    (its tensor guard keeps requires_grad=False) and then runs eagerly, with eager's
+    gradients."""
+    f = trident.jit(_no_grad_inside)
+    assert torch.is_grad_enabled()
+    _calls(f, _no_grad_inside, lambda: (torch.randn(5), torch.randn(5)), _no_grad_and_values)
+    st = trident.stats(f)
+    assert st["versions"] == 1 and st["fallbacks"] == 0 and sum(st["hits"]) >= 2, \
+        trident.explain(f)
+    _calls(f, _no_grad_inside,
+           lambda: (torch.randn(5, requires_grad=True), torch.randn(5)), _grads_match)
+    assert "changes grad mode inside" in _reason(f)
+
+
+def test_enable_grad_block_under_no_grad_where_nothing_requires_grad_compiles():
+    f = trident.jit(_enable_grad_inside)
+    with torch.no_grad():
+        _calls(f, _enable_grad_inside, lambda: (torch.randn(5), torch.randn(5)),
+               _no_grad_and_values)
+    st = trident.stats(f)
+    assert st["versions"] == 1 and st["fallbacks"] == 0, trident.explain(f)
+
+
+def test_no_grad_block_over_a_parameter_that_requires_grad_runs_eagerly():
+    lin = torch.nn.Linear(4, 3)
+
+    def fn(x):
+        with torch.no_grad():
+            y = lin(x)
+        return y * x.sum()
+
+    f = trident.jit(fn)
+    _calls(f, fn, lambda: (torch.randn(2, 4),), _no_grad_and_values)
     assert "changes grad mode inside" in _reason(f)
 
 

@@ -237,39 +237,81 @@ def _concrete(xs):
     return tuple(out)
 
 
+_MISSING = object()
+
+
+def _grad_may_flow(gm) -> bool:
+    """Whether any tensor of the graph (an input, a parameter, an attribute, an intermediate,
+    in the capturing call's trace) requires grad, or one cannot tell. Where none does, grad
+    mode changes nothing a version computes: no operator records history, every result's
+    requires_grad is False either way (Dynamo breaks the graph at `requires_grad_()` and
+    refuses factories with requires_grad=True, so none can start requiring grad inside)."""
+    for mod in gm.modules():
+        if not isinstance(mod, torch.fx.GraphModule):
+            continue
+        for n in mod.graph.nodes:
+            if n.op == "get_attr":
+                v = mod
+                try:
+                    for part in str(n.target).split("."):
+                        v = getattr(v, part)
+                except AttributeError:
+                    return True
+            else:
+                v = n.meta.get("example_value", _MISSING)
+                if v is _MISSING:
+                    if n.op == "placeholder":
+                        return True
+                    continue
+            for leaf in torch.utils._pytree.tree_leaves(v):
+                if isinstance(leaf, torch.Tensor) and leaf.requires_grad:
+                    return True
+    return False
+
+
 def _mode_change(gm) -> str | None:
     """Why the graph cannot become a version, if it changes grad mode, inference mode or
     autocast inside the function (`with torch.no_grad()`, `torch.enable_grad()`,
     `torch.inference_mode()`, `torch.autocast(...)`): Dynamo records those as graph nodes, the
     ATen trace does not, and a version's program would run every operator under the caller's
     state (a `no_grad` block's results would record autograd history and change gradients).
-    Dynamo records a grad-mode node only where the mode changes; an autocast or inference-mode
-    entry that changes nothing (autocast disabled where it is off, as in transformers' rotary
-    embeddings) is allowed. This runs in the capturing call, whose state the versions' global-
-    state guard then fixes."""
+    Dynamo records a grad-mode node only where the mode changes; a grad-mode change where no
+    tensor of the graph requires grad (`_grad_may_flow`: the tensor guards then keep every
+    input that way) and an autocast or inference-mode entry that changes nothing (autocast
+    disabled where it is off, as in transformers' rotary embeddings) are allowed. This runs in
+    the capturing call, whose state the versions' global-state guard then fixes. Subgraphs
+    (higher-order operators' bodies) are searched too."""
     import torch.amp.autocast_mode as am
     import torch.autograd.grad_mode as gmode
 
-    for n in gm.graph.nodes:
-        if n.op != "call_function":
+    grad_flows = None
+    for mod in gm.modules():
+        if not isinstance(mod, torch.fx.GraphModule):
             continue
-        t = n.target
-        if t is torch._C._set_grad_enabled:
-            return ("the function changes grad mode inside (torch.no_grad, torch.enable_grad or "
-                    "set_grad_enabled): a version runs its operators under the caller's")
-        if t is getattr(gmode, "_enter_inference_mode", None):
-            mode = n.args[0] if n.args else True
-            if bool(mode) != torch.is_inference_mode_enabled():
-                return ("the function changes inference mode inside: a version runs its "
-                        "operators under the caller's")
-        if t is getattr(am, "_enter_autocast", None):
-            a = list(n.args)
-            device = a[0] if a else "cuda"
-            enabled = a[2] if len(a) > 2 else n.kwargs.get("enabled", True)
-            if enabled or torch.is_autocast_enabled(device):
-                return (f"the function enters torch.autocast({device!r}, enabled={enabled}) "
-                        "while that changes the autocast state: a version runs its operators "
-                        "under the caller's")
+        for n in mod.graph.nodes:
+            if n.op != "call_function":
+                continue
+            t = n.target
+            if t is torch._C._set_grad_enabled:
+                if grad_flows is None:
+                    grad_flows = _grad_may_flow(gm)
+                if grad_flows:
+                    return ("the function changes grad mode inside (torch.no_grad, "
+                            "torch.enable_grad or set_grad_enabled) where a tensor requires "
+                            "grad: a version runs its operators under the caller's")
+            if t is getattr(gmode, "_enter_inference_mode", None):
+                mode = n.args[0] if n.args else True
+                if bool(mode) != torch.is_inference_mode_enabled():
+                    return ("the function changes inference mode inside: a version runs its "
+                            "operators under the caller's")
+            if t is getattr(am, "_enter_autocast", None):
+                a = list(n.args)
+                device = a[0] if a else "cuda"
+                enabled = a[2] if len(a) > 2 else n.kwargs.get("enabled", True)
+                if enabled or torch.is_autocast_enabled(device):
+                    return (f"the function enters torch.autocast({device!r}, enabled={enabled}) "
+                            "while that changes the autocast state: a version runs its "
+                            "operators under the caller's")
     return None
 
 
