@@ -17,7 +17,8 @@ The family covers:
   ...) on inputs, on views of inputs and on intermediates, also as expressions
   (``t = x.add_(1)``);
 * chains of elementwise ops (``+ - *``, ``relu``, negation), each on the previous one's
-  result, which is dead after it (what the lowering may run in place);
+  result, which is dead after it (what the lowering may run in place); ``no_grad``,
+  ``enable_grad``, ``autocast(enabled=False)`` and ``inference_mode(False)`` blocks;
 * reductions (``sum``/``mean``/``amax``/``prod`` over dims, ``keepdim``, ``dtype=``,
   ``argmax``); broadcasting binary ops between tensors, Python scalars and sizes; dtype
   conversions; ``cat``/``stack``; ``@``; factories sized by (dynamic) ints;
@@ -651,8 +652,16 @@ class Gen:
         kind = self.d(_w((4, "view"), (5, "elementwise"), (3, "reduction"), (4, "inplace"),
                          (2, "inplace_expr"), (1, "intvar"), (1, "factory"), (2, "branch"),
                          (2, "early_return"), (1, "cat"), (1, "local_list"), (1, "raise"),
-                         (1, "loop"), (1, "seq"), (2, "chain")))
-        if kind == "chain":
+                         (1, "loop"), (1, "seq"), (2, "chain"), (1, "mode_block")))
+        if kind == "mode_block":
+            # a grad-mode / autocast / inference-mode block inside the function
+            a, n = self.tensor()
+            ctx = self.pick(["torch.no_grad()", "torch.enable_grad()",
+                             "torch.autocast('cpu', enabled=False)", "torch.inference_mode(False)"])
+            v = self.new()
+            self.lines += [f"{ind}with {ctx}:", f"{ind}    {v} = {a} * 2 + 1"]
+            self.tvars.append((v, n))
+        elif kind == "chain":
             # elementwise operators each applied to the previous one's result (dead after it:
             # what the lowering may run in place), starting from a fresh intermediate
             a, n = self.tensor()
