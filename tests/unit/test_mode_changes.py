@@ -159,3 +159,25 @@ def test_inference_mode_inside_runs_eagerly():
     f = trident.jit(fn)
     _calls(f, fn, lambda: (torch.randn(3),), check)
     assert "inference mode inside" in _reason(f)
+
+
+def test_mode_decorator_inside_the_jit_falls_back_with_the_way_out():
+    """`@trident.jit` over `@torch.inference_mode()` runs eagerly and its reason says to put
+    the decorator outside; that order compiles, with eager's inference tensors."""
+
+    def body(x):
+        return x * 2 + 1
+
+    inner = trident.jit(torch.inference_mode()(body))
+    outer = torch.inference_mode()(trident.jit(body))
+    plain = torch.inference_mode()(body)
+
+    def check(out, ref, args, ref_args):
+        assert torch.equal(out, ref) and out.is_inference() and ref.is_inference()
+
+    _calls(inner, plain, lambda: (torch.randn(4),), check)
+    _calls(outer, plain, lambda: (torch.randn(4),), check)
+    assert "goes outside @trident.jit" in _reason(inner)
+    st = trident.stats(outer.__wrapped__)
+    assert st["versions"] == 1 and st["fallbacks"] == 0 and sum(st["hits"]) >= 2, \
+        trident.explain(outer.__wrapped__)

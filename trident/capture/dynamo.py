@@ -238,6 +238,8 @@ def _concrete(xs):
 
 
 _MISSING = object()
+_HINT = (" (where the whole function runs under the mode, enter it around the call instead: "
+         "a decorator such as @torch.inference_mode() goes outside @trident.jit)")
 
 
 def _grad_may_flow(gm) -> bool:
@@ -298,12 +300,12 @@ def _mode_change(gm) -> str | None:
                 if grad_flows:
                     return ("the function changes grad mode inside (torch.no_grad, "
                             "torch.enable_grad or set_grad_enabled) where a tensor requires "
-                            "grad: a version runs its operators under the caller's")
+                            "grad: a version runs its operators under the caller's" + _HINT)
             if t is getattr(gmode, "_enter_inference_mode", None):
                 mode = n.args[0] if n.args else True
                 if bool(mode) != torch.is_inference_mode_enabled():
                     return ("the function changes inference mode inside: a version runs its "
-                            "operators under the caller's")
+                            "operators under the caller's" + _HINT)
             if t is getattr(am, "_enter_autocast", None):
                 a = list(n.args)
                 device = a[0] if a else "cuda"
@@ -311,7 +313,7 @@ def _mode_change(gm) -> str | None:
                 if enabled or torch.is_autocast_enabled(device):
                     return (f"the function enters torch.autocast({device!r}, enabled={enabled}) "
                             "while that changes the autocast state: a version runs its "
-                            "operators under the caller's")
+                            "operators under the caller's" + _HINT)
     return None
 
 
@@ -881,6 +883,8 @@ class _RecordingInterpreter(torch.fx.Interpreter):
 
 
 _MISSING = object()
+_HINT = (" (where the whole function runs under the mode, enter it around the call instead: "
+         "a decorator such as @torch.inference_mode() goes outside @trident.jit)")
 
 
 def _first_line(e: BaseException) -> str:
