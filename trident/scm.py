@@ -182,7 +182,8 @@ class SCM:
         program, output, nslots = lower(cap, conv, consts, self.rt, guards)
         v = ir.Version(index=len(self.versions), guards=guards, program=program,
                        output=output, nslots=nslots, consts=tuple(consts.objs),
-                       reason=reason, notes=tuple(cap.notes))
+                       reason=reason, notes=tuple(cap.notes),
+                       run_mode=getattr(cap, "run_mode", 0))
         self._dump(v, cap)
         return v
 

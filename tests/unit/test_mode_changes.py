@@ -56,14 +56,6 @@ def test_no_grad_block_inside_runs_eagerly_with_eagers_gradients():
     assert "changes grad mode inside" in _reason(f)
 
 
-def test_enable_grad_block_under_no_grad_runs_eagerly():
-    f = trident.jit(_enable_grad_inside)
-    with torch.no_grad():
-        _calls(f, _enable_grad_inside,
-               lambda: (torch.randn(5, requires_grad=True), torch.randn(5)), _grads_match)
-    assert "changes grad mode inside" in _reason(f)
-
-
 def _no_grad_and_values(out, ref, args, ref_args):
     assert torch.equal(out, ref) and out.requires_grad == ref.requires_grad
 
@@ -104,6 +96,77 @@ def test_no_grad_block_over_a_parameter_that_requires_grad_runs_eagerly():
     f = trident.jit(fn)
     _calls(f, fn, lambda: (torch.randn(2, 4),), _no_grad_and_values)
     assert "changes grad mode inside" in _reason(f)
+
+
+def _versions(f, n=1):
+    st = trident.stats(f)
+    assert st["versions"] == n and st["fallbacks"] == 0 and sum(st["hits"]) >= 2, \
+        trident.explain(f)
+
+
+def test_enable_grad_around_the_whole_body_under_no_grad_runs_natively():
+    """The body is one `with torch.enable_grad():` block: the version runs its program under
+    enable_grad natively (ir.Version.run_mode), with eager's gradients."""
+    f = trident.jit(_enable_grad_inside)
+    with torch.no_grad():
+        _calls(f, _enable_grad_inside,
+               lambda: (torch.randn(5, requires_grad=True), torch.randn(5)), _grads_match)
+    _versions(f)
+    assert "runs under torch.enable_grad()" in trident.explain(f)
+    assert torch.is_grad_enabled()
+
+
+def _partial_no_grad(x, w):
+    t = x * w
+    with torch.no_grad():
+        u = t * 2
+    return t + u
+
+
+def test_no_grad_block_around_part_of_the_body_runs_eagerly():
+    f = trident.jit(_partial_no_grad)
+    _calls(f, _partial_no_grad,
+           lambda: (torch.randn(5, requires_grad=True), torch.randn(5)), _grads_match)
+    assert "changes grad mode inside" in _reason(f)
+
+
+def test_no_grad_around_the_whole_body_over_parameters_runs_natively():
+    lin = torch.nn.Linear(4, 3)
+
+    def fn(x):
+        with torch.no_grad():
+            return lin(x).relu() * 2
+
+    f = trident.jit(fn)
+    _calls(f, fn, lambda: (torch.randn(2, 4, requires_grad=True),), _no_grad_and_values)
+    _versions(f)
+    assert "runs under torch.no_grad()" in trident.explain(f)
+
+
+def test_error_inside_a_whole_body_mode_leaves_the_callers_mode():
+    """An operator of the native program raises (an index out of range, which no guard
+    sees): eager's exception, and the caller's grad and inference mode are back."""
+    def fn(x, i):
+        with torch.inference_mode():
+            return x[i] * 2
+
+    f = trident.jit(fn)
+    for _ in range(3):
+        x, i = torch.randn(5), torch.randint(0, 5, (4,))
+        out = f(x, i)
+        assert torch.equal(out, fn(x, i)) and out.is_inference()
+    _versions(f)
+    x, bad = torch.randn(5), torch.tensor([0, 7, 1, 2])
+    with pytest.raises(IndexError) as got:
+        f(x, bad)
+    with pytest.raises(IndexError) as ref:
+        fn(x, bad)
+    assert str(got.value) == str(ref.value)
+    assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+    st = trident.stats(f)
+    assert st["versions"] == 1 and st["fallbacks"] == 0, trident.explain(f)
+    x, i = torch.randn(5), torch.randint(0, 5, (4,))
+    assert torch.equal(f(x, i), fn(x, i))
 
 
 def test_strict_mode_raises_on_a_grad_mode_change():
@@ -148,10 +211,26 @@ def test_autocast_enabled_inside_runs_eagerly():
     assert "enabled=True" in _reason(f)
 
 
-def test_inference_mode_inside_runs_eagerly():
+def test_inference_mode_around_the_whole_body_runs_natively():
     def fn(x):
         with torch.inference_mode():
             return x * 2
+
+    def check(out, ref, args, ref_args):
+        assert torch.equal(out, ref) and out.is_inference() == ref.is_inference()
+
+    f = trident.jit(fn)
+    _calls(f, fn, lambda: (torch.randn(3),), check)
+    _versions(f)
+    assert not torch.is_inference_mode_enabled()
+
+
+def test_inference_mode_around_part_of_the_body_runs_eagerly():
+    def fn(x):
+        y = x + 1
+        with torch.inference_mode():
+            z = y * 2
+        return z
 
     def check(out, ref, args, ref_args):
         assert torch.equal(out, ref) and out.is_inference() == ref.is_inference()
@@ -162,8 +241,9 @@ def test_inference_mode_inside_runs_eagerly():
 
 
 def test_mode_decorator_inside_the_jit_falls_back_with_the_way_out():
-    """`@trident.jit` over `@torch.inference_mode()` runs eagerly and its reason says to put
-    the decorator outside; that order compiles, with eager's inference tensors."""
+    """`@trident.jit` over `@torch.inference_mode()` runs eagerly (Dynamo traces torch's
+    wrapper through a frame of its own) and its reason says to put the decorator outside;
+    that order compiles, with eager's inference tensors."""
 
     def body(x):
         return x * 2 + 1
@@ -177,7 +257,7 @@ def test_mode_decorator_inside_the_jit_falls_back_with_the_way_out():
 
     _calls(inner, plain, lambda: (torch.randn(4),), check)
     _calls(outer, plain, lambda: (torch.randn(4),), check)
-    assert "goes outside @trident.jit" in _reason(inner)
+    assert "put the decorator outside @trident.jit" in _reason(inner)
     st = trident.stats(outer.__wrapped__)
     assert st["versions"] == 1 and st["fallbacks"] == 0 and sum(st["hits"]) >= 2, \
         trident.explain(outer.__wrapped__)

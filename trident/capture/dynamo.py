@@ -57,6 +57,8 @@ class Capture:
     # A dynamic attempt stopped because a Triton launch's autotune key or heuristics read a
     # dynamic size, and this capture is the static retry.
     triton_needs_static: bool = False
+    # The function's own whole-body mode (ir.RUN_MODES; see _whole_function_mode).
+    run_mode: int = 0
 
 
 class _NeedStatic(Exception):
@@ -271,7 +273,41 @@ def _grad_may_flow(gm) -> bool:
     return False
 
 
-def _mode_change(gm) -> str | None:
+def _whole_function_mode(gm):
+    """(run_mode, enter node, exit node) where the graph is one mode change around the whole
+    function, as a `@torch.no_grad()`, `@torch.enable_grad()` or `@torch.inference_mode()`
+    decorator makes it: the first call of the graph enters a mode that differs from the
+    caller's, the last one leaves it (back to the caller's), and no operator runs outside.
+    A version then runs its whole program under that mode (ir.Version.run_mode), as eager
+    would; the global-state guard keeps the caller's state as at capture. None otherwise."""
+    import torch.autograd.grad_mode as gmode
+
+    calls = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method",
+                                                   "call_module")]
+    if len(calls) < 2:
+        return None
+    first, last = calls[0], calls[-1]
+    if first.op != "call_function" or last.op != "call_function":
+        return None
+    if (first.target is torch._C._set_grad_enabled and last.target is torch._C._set_grad_enabled
+            and len(first.args) == 1 and len(last.args) == 1 and not first.kwargs
+            and not last.kwargs):
+        want, back = first.args[0], last.args[0]
+        now = torch.is_grad_enabled()
+        if isinstance(want, bool) and want != now and back is now:
+            return (2 if want else 1), first, last
+        return None
+    enter = getattr(gmode, "_enter_inference_mode", None)
+    leave = getattr(gmode, "_exit_inference_mode", None)
+    if (enter is not None and first.target is enter and last.target is leave
+            and tuple(first.args) == (True,) and not first.kwargs
+            and tuple(last.args) == (first,) and not torch.is_inference_mode_enabled()
+            and len(first.users) == 1):
+        return 3, first, last
+    return None
+
+
+def _mode_change(gm, skip=()) -> str | None:
     """Why the graph cannot become a version, if it changes grad mode, inference mode or
     autocast inside the function (`with torch.no_grad()`, `torch.enable_grad()`,
     `torch.inference_mode()`, `torch.autocast(...)`): Dynamo records those as graph nodes, the
@@ -291,7 +327,7 @@ def _mode_change(gm) -> str | None:
         if not isinstance(mod, torch.fx.GraphModule):
             continue
         for n in mod.graph.nodes:
-            if n.op != "call_function":
+            if n.op != "call_function" or n in skip:
                 continue
             t = n.target
             if t is torch._C._set_grad_enabled:
@@ -352,7 +388,10 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
             inputs.append(GraphInput(ga.source if ga is not None else None, ex))
             fakes.append(ex)
         st["inputs"] = inputs
-        change = _mode_change(gm)
+        whole = _whole_function_mode(gm)
+        if whole is not None:
+            st["run_mode"] = whole[0]
+        change = _mode_change(gm, skip=whole[1:] if whole else ())
         if change is not None:
             st["unsupported"] = change
         try:
@@ -523,7 +562,8 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
         tf_mode_stack_len=tf_len,
         dynamic=bool(dynamic),
         extra_guards=list(adapted.extra_guards),
-        installed_globals=dict(st.get("installed", {})))
+        installed_globals=dict(st.get("installed", {})),
+        run_mode=st.get("run_mode", 0))
 
 
 def _describe_return(tx, gm, stores=(), fn=None):

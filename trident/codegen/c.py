@@ -624,6 +624,9 @@ class _VersionGen:
         if self.profile:
             self.lines.append("  trt_t1 = trt_now_ns(); S->h.ns_guards += trt_t1 - trt_t0;")
         self.lines.append("  S->h.hits++;")
+        if v.run_mode:  # the function's own whole-body mode, left at done:
+            self.lines.append(f"  M = api->mode_enter({ir.RUN_MODES[v.run_mode][0]}); "
+                              "if (!M) goto error;")
         self.lines.append(f"  F = api->frame_acquire({max(v.nslots, 1)});")
         for ins in v.program:
             self.instr(ins)
@@ -646,6 +649,7 @@ class _VersionGen:
             f"const trt_global_state *now, int *status) {{\n"
             f"  version_state *S = (version_state *)st;\n"
             f"  PyObject *const *K = S->K;\n  PyObject *result = NULL;\n  trt_frame *F = NULL;\n"
+            f"{'  void *M = NULL;' + chr(10) if v.run_mode else ''}"
             f"{prof_begin}{decl}"
             f"#define FAIL(k) do {{ S->h.failed = (k); goto miss; }} while (0)\n"
             f"{body}\n"
@@ -654,7 +658,9 @@ class _VersionGen:
             f"\"trident: an argument changed type while the call ran\");\n"
             f"error:\n  *status = TRT_ERROR;\n  result = NULL;\n  goto done;\n"
             f"miss:\n  *status = TRT_MISS;\n  result = NULL;\n"
-            f"done:\n  if (F) api->frame_release(F);\n{release}{prof_end}"
+            f"done:\n  if (F) api->frame_release(F);\n"
+            f"{'  if (M) api->mode_exit(M);' + chr(10) if v.run_mode else ''}"
+            f"{release}{prof_end}"
             f"#undef FAIL\n  return result;\n}}\n")
 
 

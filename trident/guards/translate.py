@@ -77,6 +77,14 @@ class SourceConverter:
         cls = type(src).__name__
         if isinstance(src, S.LocalSource):
             if src.local_name not in self.index:
+                if src.local_name == "fn" and getattr(getattr(self.fn, "__code__", None),
+                                                      "co_name", "") == "decorate_context":
+                    # Dynamo traces a function of torch's own files through its wrap_inline
+                    # frame, `inner(*args, **kwargs): return fn(*args, **kwargs)`
+                    raise UnsupportedError(
+                        "guard on Dynamo's wrapper frame around a torch decorator's function "
+                        "(such as @torch.inference_mode() or @torch.no_grad()): put the "
+                        "decorator outside @trident.jit, or write the body as a `with` block")
                 raise UnsupportedError(f"guard on unknown local {src.local_name!r}")
             return ir.Local(self.index[src.local_name], src.local_name)
         if isinstance(src, S.GlobalSource):

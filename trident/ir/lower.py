@@ -71,11 +71,16 @@ def _same_ints(a, b) -> bool:
 
 
 def _no_autograd(cap, guards) -> bool:
-    """No operator of the version records autograd history: grad mode was off at capture
-    (the global-state guard keeps it so), or no graph input requires grad (tensor guards keep
-    that; Dynamo refuses creating a tensor with requires_grad=True inside the graph)."""
+    """No operator of the version records autograd history: the program runs under the
+    function's own no_grad / inference_mode (run_mode), grad mode was off at capture (the
+    global-state guard keeps it so) and the function does not enable it (run_mode
+    enable_grad), or no graph input requires grad (tensor guards keep that; Dynamo refuses
+    creating a tensor with requires_grad=True inside the graph)."""
+    run_mode = getattr(cap, "run_mode", 0)
+    if run_mode in (1, 3):  # the whole program under no_grad / inference_mode
+        return True
     gs = [g for g in guards if isinstance(g, ir.GlobalState)]
-    if gs and gs[0].words and gs[0].words[0] == 0:
+    if run_mode != 2 and gs and gs[0].words and gs[0].words[0] == 0:
         return True
     return not any(isinstance(gin.example, torch.Tensor) and gin.example.requires_grad
                    for gin in cap.inputs)

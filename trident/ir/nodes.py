@@ -707,3 +707,16 @@ class Version:
     consts: tuple = field(compare=False)
     reason: str = ""  # why it was captured (the guard that missed)
     notes: tuple = field(default=(), compare=False)  # how it was captured (capture notes)
+    # The mode the whole program runs under (RUN_MODES): the function's own decorator-shaped
+    # `torch.no_grad()` / `enable_grad()` / `inference_mode()`, entered natively after the
+    # guards and left on every exit.
+    run_mode: int = 0
+
+
+# ir.Version.run_mode -> (runtime constant TRT_MODE_*, what explain shows).
+RUN_MODES = {
+    0: ("TRT_MODE_NONE", ""),
+    1: ("TRT_MODE_NO_GRAD", "torch.no_grad()"),
+    2: ("TRT_MODE_ENABLE_GRAD", "torch.enable_grad()"),
+    3: ("TRT_MODE_INFERENCE", "torch.inference_mode()"),
+}

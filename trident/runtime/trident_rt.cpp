@@ -14,6 +14,9 @@
 #include <Python.h>
 #include <dlfcn.h>
 
+#include <memory>
+#include <optional>
+
 #include <ATen/EmptyTensor.h>
 #include <ATen/Operators.h>
 #if __has_include(<ATen/core/NamedTensor.h>)  // named tensors: gone in torch 2.13
@@ -978,11 +981,35 @@ int op_call(trt_op* op, trt_frame* f) {
   END_HANDLE_TH_ERRORS_RET(TRT_FAIL)
 }
 
+// A whole version's mode (TRT_MODE_*): the guard objects eager's decorator would hold.
+struct ModeToken {
+  std::optional<c10::InferenceMode> inference;
+  std::optional<at::AutoGradMode> grad;
+};
+
+void* mode_enter(int32_t mode) {
+  HANDLE_TH_ERRORS
+  auto token = std::make_unique<ModeToken>();
+  switch (mode) {
+    case TRT_MODE_NO_GRAD: token->grad.emplace(false); break;
+    case TRT_MODE_ENABLE_GRAD: token->grad.emplace(true); break;
+    case TRT_MODE_INFERENCE: token->inference.emplace(true); break;
+    default:
+      PyErr_Format(PyExc_ValueError, "trident: unknown version mode %d", static_cast<int>(mode));
+      return nullptr;
+  }
+  return token.release();
+  END_HANDLE_TH_ERRORS_RET(nullptr)
+}
+
+void mode_exit(void* token) { delete static_cast<ModeToken*>(token); }
+
 const trt_api kApi = {
     TRT_ABI_VERSION, tensor_match,   tensor_meta,    tensor_prop, global_state_snapshot, frame_acquire,
     frame_release,   frame_set_tensor, frame_set_int, frame_set_double,  frame_get_int,
     frame_list_item, frame_to_py,    op_new,         op_free,            op_call,
-    trident::launch_new, trident::launch_call, trident::launch_free, trident::launch_select};
+    trident::launch_new, trident::launch_call, trident::launch_free, trident::launch_select,
+    mode_enter,      mode_exit};
 
 // ---------------------------------------------------------------- Module ----
 

@@ -27,7 +27,13 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct or the api table below changes shape. */
-#define TRT_ABI_VERSION 7
+#define TRT_ABI_VERSION 8
+
+/* The mode a whole version runs under (ir.Version.run_mode). */
+#define TRT_MODE_NONE 0
+#define TRT_MODE_NO_GRAD 1
+#define TRT_MODE_ENABLE_GRAD 2
+#define TRT_MODE_INFERENCE 3
 
 /* Status codes returned by an SCM entry through its `status` argument. */
 enum {
@@ -233,6 +239,13 @@ typedef struct trt_api {
      dimensions, one row per autotune configuration; the selected variant
      names its row.  Returns as launch_call. */
   int (*launch_select)(trt_launch *l, trt_frame *f, const int64_t *grids, int32_t ngrids);
+
+  /* ---- modes ---- */
+  /* Enter the mode a whole version runs under (TRT_MODE_*: the function's own
+     @torch.no_grad(), @torch.enable_grad() or @torch.inference_mode()); returns a
+     token for mode_exit, or NULL with a Python exception.  Exits are LIFO. */
+  void *(*mode_enter)(int32_t mode);
+  void (*mode_exit)(void *token);
 } trt_api;
 
 /*
