@@ -27,7 +27,7 @@ from . import config
 from .capture.dynamo import capture
 from .codegen import c as cgen
 from .errors import BuildError, CaptureError, RecompileError, UnsupportedError
-from .guards.translate import ConstPool, SourceConverter, translate
+from .guards.translate import ConstPool, SourceConverter, dynamo_wrapped, translate
 from .ir import nodes as ir
 from .ir.lower import lower
 from .ir.printer import print_version
@@ -73,6 +73,10 @@ class SCM:
         self._tls = threading.local()
         self._hit_base: list[int] = []  # hits of versions counted by earlier SCMs
         self.function = self.rt.Function(fn, self._miss_entry)
+        # The globals dict the versions' global guards read: the function's own, or, where
+        # Dynamo traces it through a wrap_inline frame (a torch decorator's wrapper), that
+        # frame's (see guards.translate.dynamo_wrapped).
+        self.globals = fn.__globals__
         self._signature = inspect.signature(fn)
 
     # -- the miss path -------------------------------------------------------
@@ -176,6 +180,13 @@ class SCM:
         return False if self.static_after is not None else self.options.dynamic
 
     def _make_version(self, cap, reason: str) -> ir.Version:
+        scope = getattr(cap, "global_scope", None)
+        if scope is not None and scope is not self.globals:
+            if not self.versions and dynamo_wrapped(self.fn):
+                self.globals = scope
+            else:
+                raise UnsupportedError("Dynamo traced the function in a frame whose globals "
+                                       "are not the function's")
         consts = ConstPool()
         guards = translate(cap.guard_entries, cap, self.fn, consts, self.rt)
         conv = SourceConverter(self.fn, consts, cap.installed_globals)
@@ -197,7 +208,7 @@ class SCM:
         built = build.build_scm(src)
         self.stats.compiled_units += built.compiled
         so = built.so
-        consts = cgen.consts_tuple(self.fn.__globals__, _builtins_of(self.fn), versions)
+        consts = cgen.consts_tuple(self.globals, _builtins_of(self.globals), versions)
         module = self.rt.load_scm(str(so), consts)
         old = self.function._module
         if old is not None:
@@ -403,8 +414,8 @@ def launch_resolvers(v: ir.Version) -> list:
             if isinstance(ins, ir.TritonLaunch) and ins.select is not None]
 
 
-def _builtins_of(fn) -> dict:
-    b = fn.__globals__.get("__builtins__", __builtins__)
+def _builtins_of(globals_dict: dict) -> dict:
+    b = globals_dict.get("__builtins__", __builtins__)
     return b if isinstance(b, dict) else b.__dict__
 
 

@@ -222,11 +222,12 @@ def _no_grad_decorated(x):
     return x * 2 + 1
 
 
-def test_no_grad_decorated_function_falls_back_like_eager(record_warnings):
+def test_no_grad_decorated_function_runs_natively_like_eager(record_warnings):
     # torch.compile traces a function defined in a file Dynamo skips (torch.no_grad's
-    # decorate_context) through its own wrapper frame; Trident does not map that frame's
-    # locals, so it runs eagerly.  Mapping them (tried) compiled a program without the
-    # decorator's no_grad: hits returned requires_grad=True where eager gives False.
+    # decorate_context) through its own wrapper frame, whose `fn` is the function and whose
+    # globals the guards read (guards.translate.dynamo_wrapped). The graph enters no_grad
+    # first and leaves it last: the version runs its program under no_grad (run_mode), so
+    # hits return requires_grad=False as eager does (a mapping without the mode did not).
     f = trident.jit(_no_grad_decorated)
     with record_warnings() as rec:
         for _ in range(3):
@@ -234,4 +235,6 @@ def test_no_grad_decorated_function_falls_back_like_eager(record_warnings):
             out, ref = f(x), _no_grad_decorated(x)
             torch.testing.assert_close(out, ref)
             assert out.requires_grad is ref.requires_grad is False
-    assert sum("runs eagerly" in str(w.message) for w in rec) == 1
+    assert not [w for w in rec if "runs eagerly" in str(w.message)]
+    st = trident.stats(f)
+    assert st["versions"] == 1 and sum(st["hits"]) == 2, trident.explain(f)

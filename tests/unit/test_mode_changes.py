@@ -240,10 +240,10 @@ def test_inference_mode_around_part_of_the_body_runs_eagerly():
     assert "inference mode inside" in _reason(f)
 
 
-def test_mode_decorator_inside_the_jit_falls_back_with_the_way_out():
-    """`@trident.jit` over `@torch.inference_mode()` runs eagerly (Dynamo traces torch's
-    wrapper through a frame of its own) and its reason says to put the decorator outside;
-    that order compiles, with eager's inference tensors."""
+def test_mode_decorator_on_either_side_of_the_jit_runs_natively():
+    """`@trident.jit` over `@torch.inference_mode()` (Dynamo traces torch's wrapper through
+    a wrap_inline frame of its own, whose guards read that frame's locals and globals) and the
+    other order both compile, with eager's inference tensors."""
 
     def body(x):
         return x * 2 + 1
@@ -257,7 +257,34 @@ def test_mode_decorator_inside_the_jit_falls_back_with_the_way_out():
 
     _calls(inner, plain, lambda: (torch.randn(4),), check)
     _calls(outer, plain, lambda: (torch.randn(4),), check)
-    assert "put the decorator outside @trident.jit" in _reason(inner)
-    st = trident.stats(outer.__wrapped__)
-    assert st["versions"] == 1 and st["fallbacks"] == 0 and sum(st["hits"]) >= 2, \
-        trident.explain(outer.__wrapped__)
+    _versions(inner)
+    _versions(outer.__wrapped__)
+    assert "runs under torch.inference_mode()" in trident.explain(inner)
+    assert not torch.is_inference_mode_enabled()
+
+
+_LIN = torch.nn.Linear(4, 3)
+
+
+@torch.no_grad()
+def _decorated_over_a_global(x):
+    return _LIN(x).relu() * 2
+
+
+def test_no_grad_decorator_over_a_global_module_follows_its_rebinding():
+    """The wrapper frame's guards read the module global through that frame's globals: a
+    new module bound to the name gives the new module's result."""
+    global _LIN
+    f = trident.jit(_decorated_over_a_global)
+    _calls(f, _decorated_over_a_global, lambda: (torch.randn(2, 4, requires_grad=True),),
+           _no_grad_and_values)
+    _versions(f)
+    old = _LIN
+    try:
+        _LIN = torch.nn.Linear(4, 3)
+        _calls(f, _decorated_over_a_global, lambda: (torch.randn(2, 4),), _no_grad_and_values)
+    finally:
+        _LIN = old
+    x = torch.randn(2, 4)
+    assert torch.equal(f(x), _decorated_over_a_global(x))
+    assert trident.stats(f)["fallbacks"] == 0

@@ -59,6 +59,9 @@ class Capture:
     triton_needs_static: bool = False
     # The function's own whole-body mode (ir.RUN_MODES; see _whole_function_mode).
     run_mode: int = 0
+    # The globals of the frame Dynamo traced (the function's own, or those of Dynamo's
+    # wrap_inline frame around a function of torch's files: guards.translate.dynamo_wrapped).
+    global_scope: dict | None = None
 
 
 class _NeedStatic(Exception):
@@ -240,8 +243,8 @@ def _concrete(xs):
 
 
 _MISSING = object()
-_HINT = (" (where the whole function runs under the mode, enter it around the call instead: "
-         "a decorator such as @torch.inference_mode() goes outside @trident.jit)")
+_HINT = (" (a mode around the whole function compiles: a `with` block around the whole "
+         "body, a decorator such as @torch.inference_mode(), or the mode around the call)")
 
 
 def _grad_may_flow(gm) -> bool:
@@ -462,6 +465,7 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
             scope = getattr(og, "global_scope", None) or {}
             st["installed"] = {n: scope[n] for n in getattr(og, "installed_globals", ())
                                if n in scope}
+            st["global_scope"] = scope or None
         exprs = []
         if og is not None and any(e.guard_type == "SHAPE_ENV" for e in entries):
             shape_env = og.shape_env
@@ -563,7 +567,8 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
         dynamic=bool(dynamic),
         extra_guards=list(adapted.extra_guards),
         installed_globals=dict(st.get("installed", {})),
-        run_mode=st.get("run_mode", 0))
+        run_mode=st.get("run_mode", 0),
+        global_scope=st.get("global_scope"))
 
 
 def _describe_return(tx, gm, stores=(), fn=None):
@@ -923,8 +928,8 @@ class _RecordingInterpreter(torch.fx.Interpreter):
 
 
 _MISSING = object()
-_HINT = (" (where the whole function runs under the mode, enter it around the call instead: "
-         "a decorator such as @torch.inference_mode() goes outside @trident.jit)")
+_HINT = (" (a mode around the whole function compiles: a `with` block around the whole "
+         "body, a decorator such as @torch.inference_mode(), or the mode around the call)")
 
 
 def _first_line(e: BaseException) -> str:

@@ -59,6 +59,24 @@ class ConstPool:
         return len(self.objs) - 1
 
 
+def dynamo_wrapped(fn) -> bool:
+    """Whether Dynamo traces `fn` through external_utils.wrap_inline, a frame
+    `inner(*args, **kwargs)` around it: a function its trace rules skip (one of torch's own
+    files), here only torch's context-manager decorator wrapper (`decorate_context(*args,
+    **kwargs)`, whose locals are the frame's). Its guards then read that frame's globals
+    (the SCM's globals dict: capture.Capture.global_scope)."""
+    code = getattr(fn, "__code__", None)
+    if (code is None or code.co_name != "decorate_context" or code.co_argcount
+            or code.co_varnames[:2] != ("args", "kwargs")):
+        return False
+    try:
+        from torch._dynamo import trace_rules
+
+        return bool(trace_rules.check(fn))
+    except Exception:  # noqa: BLE001 - unknown to this torch: not wrapped as far as we know
+        return False
+
+
 class SourceConverter:
     """Dynamo Source objects -> IR sources."""
 
@@ -76,15 +94,13 @@ class SourceConverter:
 
         cls = type(src).__name__
         if isinstance(src, S.LocalSource):
+            if src.local_name == "fn" and "fn" not in self.index and dynamo_wrapped(self.fn):
+                # Dynamo traced the function through its wrap_inline frame (torch's own
+                # functions, such as a @torch.inference_mode() wrapper):
+                # `inner(*args, **kwargs): return fn(*args, **kwargs)`, whose `fn` is the
+                # function itself and whose other locals are the function's own.
+                return ir.ConstObj(self.consts.add(self.fn), _describe(self.fn))
             if src.local_name not in self.index:
-                if src.local_name == "fn" and getattr(getattr(self.fn, "__code__", None),
-                                                      "co_name", "") == "decorate_context":
-                    # Dynamo traces a function of torch's own files through its wrap_inline
-                    # frame, `inner(*args, **kwargs): return fn(*args, **kwargs)`
-                    raise UnsupportedError(
-                        "guard on Dynamo's wrapper frame around a torch decorator's function "
-                        "(such as @torch.inference_mode() or @torch.no_grad()): put the "
-                        "decorator outside @trident.jit, or write the body as a `with` block")
                 raise UnsupportedError(f"guard on unknown local {src.local_name!r}")
             return ir.Local(self.index[src.local_name], src.local_name)
         if isinstance(src, S.GlobalSource):
