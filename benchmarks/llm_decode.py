@@ -743,6 +743,7 @@ class ModeRun:
     # op -> (calls per token, median host us per call, host ms per token) in one extra request
     breakdown: dict = field(default_factory=dict)
     breakdown_tpot: float = float("nan")  # that request's TPOT, ms
+    profile: str = ""  # --torch-profile: the profiled request's operator table
     dynamo: str = ""  # torch.compile modes: graphs and graph breaks during warm-up
     note: str = ""
     error: str = ""  # "ExcType: message" when the mode failed
@@ -1006,6 +1007,10 @@ class ModeSession:
                     self.reg, {op: self.wrappers[op] if run.kept[op] == self.mode else fn
                                for op, fn in self.prov.ops.items()},
                     lambda: self.request(a.prompts[0], 0), a.new_tokens)
+            if a.torch_profile:
+                self.install()
+                run.profile = torch_profile(lambda: self.request(a.prompts[0], 0),
+                                            a.new_tokens, f"{run.model}/{self.mode}")
             if self.mode == "trident":  # again: a miss after the warm-up counts too (the
                 # measured requests' own misses are in their rows of the report)
                 run.trident = {op: trident_status(w, self.warm_misses.get(op))
@@ -1106,6 +1111,51 @@ def breakdown(reg: Registry, kernels: dict, one_request, n_tokens: int):
         if ts:
             out[op] = (len(ts) / n_tokens, statistics.median(ts) * 1e6, sum(ts) / n_tokens * 1e3)
     return req.tpot * 1e3, out
+
+
+# the host calls that say what a decode step costs besides ATen's operators: kernel launches
+# (runtime and driver API: Triton's and Trident's launches are cuLaunchKernel) and the calls
+# that wait for the GPU
+PROFILE_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchKernelExC",
+                 "cudaMemcpyAsync", "cudaStreamSynchronize", "cudaDeviceSynchronize",
+                 "cudaEventSynchronize", "cudaMalloc", "cudaFree")
+
+
+def torch_profile(one_request, n_tokens: int, title: str, rows: int = 45) -> str:
+    """One more request under torch.profiler (CPU, and CUDA when there is one): the operators
+    and runtime calls by host self time, with calls per generated token, then the launch and
+    synchronisation calls.  What a native version's program calls goes through the dispatcher,
+    whose RecordFunction hook the profiler sees, so Trident's ATen calls are in the table too."""
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with profile(activities=acts) as prof:
+        req = one_request()
+    evs = prof.key_averages()
+    total_self = sum(e.self_cpu_time_total for e in evs)
+    top = sorted(evs, key=lambda e: -e.self_cpu_time_total)[:rows]
+    lines = [f"## {title}: one request under torch.profiler ({n_tokens} new tokens, TPOT "
+             f"{req.tpot * 1e3:.3f} ms with the profiler on)", "",
+             f"host self time of all events: {total_self / 1e3:.1f} ms "
+             f"({total_self / n_tokens / 1e3:.3f} ms per token)", "",
+             "| event | calls/token | self host us/token | self host us/call |",
+             "|---|---:|---:|---:|"]
+    for e in top:
+        lines.append(f"| {e.key[:70]} | {e.count / n_tokens:.1f} | "
+                     f"{e.self_cpu_time_total / n_tokens:.1f} | "
+                     f"{e.self_cpu_time_total / max(e.count, 1):.2f} |")
+    byname = {e.key: e for e in evs}
+    lines += ["", "| launch / sync call | calls/token | host us/call |", "|---|---:|---:|"]
+    for k in PROFILE_CALLS:
+        if k in byname:
+            e = byname[k]
+            lines.append(f"| {k} | {e.count / n_tokens:.1f} | "
+                         f"{e.cpu_time_total / max(e.count, 1):.2f} |")
+    if torch.cuda.is_available():
+        gpu = sum(getattr(e, "self_device_time_total", 0) or 0 for e in evs)
+        lines += ["", f"GPU kernel time: {gpu / n_tokens / 1e3:.3f} ms per token "
+                  "(self device time of all events)"]
+    return "\n".join(lines) + "\n"
 
 
 class Terminated(BaseException):
@@ -1480,6 +1530,10 @@ def write_report(runs, prov, a, path_md, layers_of, elapsed) -> None:
     lines += ["", f"Command: `python benchmarks/llm_decode.py {' '.join(sys.argv[1:])}`", ""]
     with open(path_md, "w") as f:
         f.write("\n".join(lines))
+    profiles = [r.profile for r in runs if r.profile]
+    if profiles:
+        with open(path_md[:-3] + "_profile.md", "w") as f:
+            f.write("\n".join(profiles))
     explains = [f"### {r.model} / {op}\n\n{text}\n" for r in runs for op, text in r.explain.items()]
     if explains:
         with open(path_md[:-3] + "_trident.txt", "w") as f:
@@ -1595,6 +1649,12 @@ def main() -> int:
         default=True,
         help="after the measured requests, one more request per mode with the registered "
         "operators timed (host time inside them per token)",
+    )
+    ap.add_argument(
+        "--torch-profile",
+        action="store_true",
+        help="after the measured requests, one more request per mode under torch.profiler: "
+        "operators and launch/sync calls per token, in <report>_profile.md",
     )
     ap.add_argument(
         "--regions",

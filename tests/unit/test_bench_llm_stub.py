@@ -57,7 +57,7 @@ def test_llm_decode_stub_whole_model_region(tmp_path):
     and served the measured requests without a miss (the layer region it encloses is reached
     by no warm-up call: dropped as unverified, installed through the same wrapper)."""
     out, md = _run(tmp_path, "m", "--regions", "model,layer", "--prompts", "mmlu,gsm8k",
-                   "--new-tokens", "5")
+                   "--new-tokens", "5", "--torch-profile")
     lat = [ln for ln in md.splitlines() if ln.startswith("| qwen3 | ") and " | trident | " in ln
            and ("same" in ln or "MISMATCH" in ln)]
     assert len(lat) == 2 and all("same" in ln for ln in lat), md
@@ -66,6 +66,12 @@ def test_llm_decode_stub_whole_model_region(tmp_path):
     assert "during the measured requests" not in model[0], model
     assert "dropped (not called during warm-up: unverified)" in md
     assert "FELL BACK" not in out
+    # --torch-profile: one profiled request per mode; the native program's ATen calls go
+    # through the dispatcher, so Trident's table lists them as eager's does
+    prof = next(tmp_path.glob("llm_decode_*_m_profile.md")).read_text()
+    for mode in ("eager", "trident"):
+        part = prof.split(f"## qwen3/{mode}:")[1].split("## ")[0]
+        assert "| aten::mm |" in part and "| aten::mul |" in part, part
 
 
 def test_stalled_tokens_are_reported():
