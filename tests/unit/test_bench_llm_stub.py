@@ -114,7 +114,7 @@ def test_captures_after_the_warm_up_are_listed_with_their_reason():
         w(torch.randn(n))
     run = ld.ModeRun("trident", "qwen3", explain={"mm": trident.explain(w)},
                      warm_versions={"mm": trident.stats(w)["versions"]})
-    assert ld.late_captures([run]) == []
+    assert ld.late_captures([run])[-1].startswith("none: "), ld.late_captures([run])
     x = torch.randn(2, 3)  # a measured request with a new rank
     assert torch.equal(w(x), x * 2 + 1)
     run.explain["mm"] = trident.explain(w)
