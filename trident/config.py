@@ -43,6 +43,11 @@ KNOBS = {
              "in place on it (no allocation; not for sizes 0 or 1, only where no autograd "
              "records); 0: never "
              "(read at capture)."),
+        Knob("TRIDENT_BELOW_AUTOGRAD", "1", "1: in a version where no autograd records, "
+             "functional ATen operators and views of tensors only the program holds run "
+             "below the autograd layer, as ATen's autograd kernels redispatch (no per-operator "
+             "autograd and view-tracking work); 0: every operator takes the full path "
+             "(read at capture)."),
         Knob("TRIDENT_ASSERT_NO_RECOMPILE", "0", "1: a specialization miss after the "
              "first version raises RecompileError (for tests and serving)."),
     )
@@ -89,6 +94,10 @@ def profile() -> bool:
 
 def reuse_buffers() -> bool:
     return _get("TRIDENT_REUSE_BUFFERS") == "1"
+
+
+def below_autograd() -> bool:
+    return _get("TRIDENT_BELOW_AUTOGRAD") == "1"
 
 
 def assert_no_recompile() -> bool:

@@ -37,7 +37,8 @@ def _aten_version() -> ir.Version:
     program = (
         ir.LoadTensor(0, x), ir.LoadTensor(1, w),
         ir.SymDef("s0", ir.SymLeaf(ir.TensorSize(x, 0)), 2),
-        ir.Call("aten::pow", "Tensor_Scalar", (ir.Slot(0), ir.ConstArg("int", 2)), (3,)),
+        ir.Call("aten::pow", "Tensor_Scalar", (ir.Slot(0), ir.ConstArg("int", 2)), (3,),
+                below=True),
         ir.Call("aten::mean", "dim", (ir.Slot(3), ir.ListArg((-1,)), ir.ConstArg("bool", True),
                                        ir.ConstArg("none", None)), (4,)),
         ir.Call("aten::add", "Tensor", (ir.Slot(4), ir.ConstArg("double", 1e-6),

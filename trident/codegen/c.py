@@ -548,8 +548,9 @@ class _VersionGen:
         stmts = ["  {"] + extra
         stmts.append(f"    static const trt_arg a[] = {{{', '.join(args) or '{0}'}}};")
         stmts.append(f"    static const int32_t outs[] = {{{outs}}};")
+        flags = "TRT_OP_BELOW_AUTOGRAD" if getattr(c, "below", False) else "0"
         stmts.append(f"    S->ops[{k}] = api->op_new({_cstr(name)}, {_cstr(c.overload)}, "
-                     f"{len(c.args)}, a, {len(c.outs)}, outs);")
+                     f"{len(c.args)}, a, {len(c.outs)}, outs, {flags});")
         stmts.append(f"    if (!S->ops[{k}]) goto fail;")
         stmts.append("  }")
         self.mod.ops.append("\n".join(stmts))

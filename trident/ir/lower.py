@@ -48,6 +48,78 @@ _FRESH = set(_INPLACE) | {
 }
 
 
+def _arg_value(node, i: int, a):
+    """The value of schema argument `a` (index i) of an FX call node, or None."""
+    if i < len(node.args):
+        return node.args[i]
+    return node.kwargs.get(a.name)
+
+
+def below_autograd_nodes(graph) -> set:
+    """The call nodes whose operator may run below the autograd layer (with the Autograd and
+    ADInplaceOrView dispatch keys excluded, as ATen's own autograd kernels do before they
+    redispatch), in a version where no operator records autograd history (`_no_autograd`):
+
+    - a functional ATen operator (no argument written, no result aliasing an argument): with no
+      tensor requiring grad its autograd kernel only redispatches, and its results are fresh
+      tensors either way;
+    - an ATen view whose base chain starts at such a fresh result that nothing returns or
+      stores (no alias of it leaves the program): below ADInplaceOrView a view gets no view
+      metadata (no `_base`, its own version counter), which nothing can observe on a tensor
+      only this program holds.
+
+    Operators that write (in-place, out=) keep the full path, and so do views of inputs,
+    constants and escaping tensors, and operators outside the `aten` namespace.  Forward-mode
+    AD is checked at run time (`op_call`: only while no dual level is active)."""
+    fresh, root = set(), {}
+    for n in graph.nodes:
+        if n.op != "call_function":
+            continue
+        t = n.target
+        if t is operator.getitem:
+            src = n.args[0]
+            if src in fresh:
+                fresh.add(n)
+            elif src in root:
+                root[n] = root[src]
+            continue
+        if not isinstance(t, torch._ops.OpOverload):
+            continue
+        s = t._schema
+        aliased = None
+        if any(r.alias_info is not None for r in s.returns):
+            for i, a in enumerate(s.arguments):
+                if a.alias_info is not None:
+                    aliased = _arg_value(n, i, a)
+                    break
+            if isinstance(aliased, torch.fx.Node):
+                root[n] = root.get(aliased, aliased)
+            continue
+        if any(a.alias_info is not None for a in s.arguments):
+            continue  # writes an argument without returning it
+        fresh.add(n)
+    out = next((n for n in graph.nodes if n.op == "output"), None)
+    escaping = set()
+    if out is not None:
+        for o in _flat_nodes(out.args):
+            escaping.add(root.get(o, o))
+    below = set()
+    for n in graph.nodes:
+        if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload) \
+                or not n.target._schema.name.startswith("aten::"):
+            continue
+        if n in fresh or (n in root and root[n] in fresh and root[n] not in escaping):
+            below.add(n)
+    return below
+
+
+def _flat_nodes(a) -> list:
+    """Every FX node inside a (nested) tuple/list/dict of node arguments."""
+    found = []
+    torch.fx.node.map_arg(a, lambda x: found.append(x) or x)
+    return found
+
+
 def _op_key(target) -> str:
     s = target._schema
     return f"{s.name}.{s.overload_name}"
@@ -93,6 +165,7 @@ class _Lowering:
         self.rt = rt
         self.tensor_guards = tensor_guards  # IR source -> TensorMatch
         self.reuse = False  # in-place reuse of dead intermediates allowed (see _INPLACE)
+        self.below: set = set()  # call nodes that run below the autograd layer
         self.program: list = []
         self.nslots = 0
         self.vals: dict = {}  # fx node -> ("slot", i) | ("sym", var, slot) | ("multi", [slots])
@@ -248,12 +321,15 @@ class _Lowering:
         mutates = any(a.alias_info is not None and a.alias_info.is_write
                       for a in schema.arguments)
         inplace = self.reuse and self._reusable(node)
+        below = node in self.below
         if inplace:
             # writes only a tensor this program made and nothing reads after: no side effect
+            # (nor below the autograd layer, where the dead tensor's version is not bumped)
             full, ovl = _INPLACE[_op_key(op)].split(".")
-            self.program.append(ir.Call(full, ovl, tuple(args), outs, False))
+            self.program.append(ir.Call(full, ovl, tuple(args), outs, False, below))
         else:
-            self.program.append(ir.Call(full, schema.overload_name, tuple(args), outs, mutates))
+            self.program.append(ir.Call(full, schema.overload_name, tuple(args), outs, mutates,
+                                        below))
         if nret == 1:
             self.vals[node] = ("slot", outs[0])
         else:
@@ -403,7 +479,10 @@ def lower(cap, conv, consts, rt, guards) -> tuple:
     """Returns (program, output tree, nslots)."""
     tensor_guards = {g.source: g for g in guards if isinstance(g, ir.TensorMatch)}
     lo = _Lowering(conv, consts, rt, tensor_guards)
-    lo.reuse = config.reuse_buffers() and _no_autograd(cap, guards)
+    no_autograd = _no_autograd(cap, guards)
+    lo.reuse = config.reuse_buffers() and no_autograd
+    if config.below_autograd() and no_autograd:
+        lo.below = below_autograd_nodes(cap.aten_graph.graph)
     lo.launches = list(getattr(cap, "launches", []))
     g = cap.aten_graph.graph
     placeholders = [n for n in g.nodes if n.op == "placeholder"]

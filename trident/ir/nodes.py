@@ -505,6 +505,9 @@ class Call:
     args: tuple
     outs: tuple
     mutates: bool = False  # writes to an argument (in-place / out= op)
+    # runs below the autograd layer (Autograd and ADInplaceOrView keys excluded; see
+    # lower.below_autograd_nodes)
+    below: bool = False
 
     def __str__(self) -> str:
         outs = ", ".join(f"%{o}" for o in self.outs) or "_"

@@ -13,6 +13,12 @@ def print_version(v: ir.Version) -> str:
     if v.run_mode:
         lines.append(f"  runs under {ir.RUN_MODES[v.run_mode][1]} (the function's own, "
                      "entered natively after the guards)")
+    calls = [ins for ins in v.program if isinstance(ins, ir.Call)]
+    below = sum(1 for c in calls if c.below)
+    if below:
+        lines.append(f"  {below} of {len(calls)} operator calls run below the autograd layer "
+                     "(no tensor requires grad; functional operators and views of tensors "
+                     "only the program holds)")
     lines.append(f"  program ({v.nslots} slots):")
     for ins in v.program:
         lines.append(f"    {ins}")

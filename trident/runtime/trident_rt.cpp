@@ -20,6 +20,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/Operators.h>
 #if __has_include(<ATen/core/NamedTensor.h>)  // named tensors: gone in torch 2.13
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/NamedTensor.h>
 #define TRT_HAS_NAMED_TENSORS 1
 #endif
@@ -40,6 +41,7 @@
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/Layout.h>
 #include <torch/csrc/MemoryFormat.h>
+#include <torch/csrc/autograd/forward_grad.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <memory>
@@ -173,6 +175,7 @@ trt_frame* frame_acquire(int32_t n) {
     f = new trt_frame();
   }
   f->slots.resize(static_cast<size_t>(n));
+  f->below = -1;
   return f;
 }
 
@@ -294,6 +297,7 @@ struct trt_op {
   std::vector<int32_t> outs;
   std::string name;
   FastFn fast = nullptr;
+  bool below = false;  // TRT_OP_BELOW_AUTOGRAD
   explicit trt_op(c10::OperatorHandle h) : handle(std::move(h)) {}
 };
 
@@ -327,7 +331,7 @@ bool boxed_only();
 FastFn find_fast(const c10::FunctionSchema& schema);
 
 trt_op* op_new(const char* name, const char* overload, int32_t nargs, const trt_arg* args,
-               int32_t nouts, const int32_t* outs) {
+               int32_t nouts, const int32_t* outs, int32_t flags) {
   HANDLE_TH_ERRORS
   auto h = c10::Dispatcher::singleton().findSchema({name, overload});
   if (!h.has_value()) {
@@ -349,6 +353,7 @@ trt_op* op_new(const char* name, const char* overload, int32_t nargs, const trt_
   // A Python number where the schema wants a Tensor (`mul.Tensor(x, 2.0)`
   // after tracing) becomes a wrapped-number tensor, as eager's binding does.
   op->name = std::string(name) + "." + overload;
+  op->below = (flags & TRT_OP_BELOW_AUTOGRAD) != 0;
   for (int32_t k = 0; k < nargs; ++k) {
     const trt_arg& a = args[k];
     ArgEnc e;
@@ -955,8 +960,19 @@ FastFn find_fast(const c10::FunctionSchema& schema) {
   return nullptr;
 }
 
+// Whether this run's TRT_OP_BELOW_AUTOGRAD operators may skip the autograd layer: not while
+// a forward-mode AD level is active (dual tensors' tangents are computed there).  Read once
+// per run, at its first such operator.
+bool below_autograd(trt_frame* f) {
+  if (f->below < 0)
+    f->below = torch::autograd::ForwardADLevel::try_get_by_idx(0) == nullptr ? 1 : 0;
+  return f->below == 1;
+}
+
 int op_call(trt_op* op, trt_frame* f) {
   HANDLE_TH_ERRORS
+  std::optional<at::AutoDispatchBelowADInplaceOrView> below;
+  if (op->below && below_autograd(f)) below.emplace();
   if (op->fast && op->fast(op, f)) return TRT_OK;
   CallLevel level;
   std::vector<c10::IValue>& stack = level.stack;

@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct or the api table below changes shape. */
-#define TRT_ABI_VERSION 8
+#define TRT_ABI_VERSION 9
 
 /* The mode a whole version runs under (ir.Version.run_mode). */
 #define TRT_MODE_NONE 0
@@ -167,6 +167,11 @@ enum {
                          takes ivals[k], TRT_ITEM_NONE is None; the element type
                          comes from the operator's schema */
 };
+/* trt_op_new flags: run the operator with the Autograd and ADInplaceOrView
+   dispatch keys excluded (as ATen's autograd kernels redispatch), while no
+   forward-mode AD level is active; the lowering sets it only where no
+   autograd records and no alias of the result leaves the program. */
+#define TRT_OP_BELOW_AUTOGRAD 1
 #define TRT_ITEM_CONST (-1)
 #define TRT_ITEM_NONE (-2)
 
@@ -221,7 +226,8 @@ typedef struct trt_api {
   /* Resolve `name.overload` and encode its arguments once, at SCM load.
      NULL with a Python exception on failure. */
   trt_op *(*op_new)(const char *name, const char *overload, int32_t nargs,
-                    const trt_arg *args, int32_t nouts, const int32_t *outs);
+                    const trt_arg *args, int32_t nouts, const int32_t *outs,
+                    int32_t flags);
   void (*op_free)(trt_op *op);
   /* Run through the dispatcher; outputs go to the op's out slots. */
   int (*op_call)(trt_op *op, trt_frame *f);

@@ -11,6 +11,9 @@
 
 struct trt_frame {
   std::vector<c10::IValue> slots;
+  // TRT_OP_BELOW_AUTOGRAD operators of this run: -1 not decided yet, 1 they run below the
+  // autograd layer, 0 they take the full path (a forward-mode AD level is active)
+  int8_t below = -1;
 };
 
 namespace trident {

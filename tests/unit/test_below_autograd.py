@@ -1,0 +1,185 @@
+"""Operators below the autograd layer (lower.below_autograd_nodes, runtime op_call): in a
+version where no autograd records, functional ATen operators and views of tensors only the
+program holds skip the Autograd/ADInplaceOrView kernels.  Everything a caller can observe must
+stay eager's: values, which outputs are views of what (`_base`), version counters after
+in-place writes, gradients where a tensor requires grad, forward-mode AD tangents."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.autograd.forward_ad as fwAD
+
+import trident
+
+
+def _below_count(f) -> int:
+    lines = [ln for ln in trident.explain(f).splitlines() if "run below the autograd" in ln]
+    return sum(int(ln.split()[0]) for ln in lines)
+
+
+def _run_twice(f, fn, *args):
+    """Capture, then a native hit; both equal eager."""
+    for _ in range(2):
+        got, ref = f(*args), fn(*args)
+        torch.testing.assert_close(got, ref, rtol=0, atol=0)
+    assert sum(trident.stats(f)["hits"]) >= 1
+    return got, ref
+
+
+def test_internal_views_run_below_and_match(h):
+    def fn(x, w):
+        y = x * w + 1
+        for _ in range(3):
+            y = y.view(4, 8).t().unsqueeze(0).transpose(1, 2).reshape(32)
+        z = y[1:].view(-1, 1).expand(31, 2)
+        return (z * 2).sum(1), y.sin()
+
+    f = trident.jit(fn)
+    x, w = h.rand(32), h.rand(32)
+    _run_twice(f, fn, x, w)
+    assert _below_count(f) > 10, trident.explain(f)
+
+
+def test_escaping_view_keeps_its_base_like_eager(h):
+    def fn(x):
+        y = x * 2
+        v = y.view(-1)
+        return v[1:], v.view(2, -1)
+
+    f = trident.jit(fn)
+    x = h.rand(2, 4)
+    for _ in range(2):
+        got, ref = f(x), fn(x)
+        for g, r in zip(got, ref):
+            assert torch.equal(g, r)
+            assert g._is_view() and r._is_view()
+            assert g._base is not None and g._base.shape == r._base.shape
+        # the two outputs share their base, as eager's do
+        assert got[0]._base is got[1]._base
+    assert _below_count(f) >= 1  # the multiply
+
+
+def test_views_of_inputs_are_views_of_the_inputs(h):
+    def fn(x):
+        return x.view(-1), x.t() * 1.0
+
+    f = trident.jit(fn)
+    x = h.rand(3, 4)
+    for _ in range(2):
+        v, m = f(x)
+        assert v._base is x and torch.equal(v, x.view(-1))
+        assert torch.equal(m, x.t() * 1.0)
+
+
+def test_in_place_write_through_a_view_bumps_versions_like_eager(h):
+    def fn(x):
+        y = x + 1
+        v = y.view(-1)
+        v.mul_(3)
+        return y
+
+    f = trident.jit(fn)
+    for _ in range(2):
+        x = h.rand(2, 3)
+        got, ref = f(x), fn(x)
+        assert torch.equal(got, ref)
+        assert got._version == ref._version
+
+
+def test_in_place_on_an_internal_view(h):
+    def fn(x):
+        y = x + 1
+        y[0].mul_(3)
+        y.view(-1)[1:3].add_(5)
+        return y.sum(0), x * 1
+
+    f = trident.jit(fn)
+    _run_twice(f, fn, h.rand(3, 4))
+
+
+def test_input_view_written_in_place_updates_the_input(h):
+    def fn(x):
+        x.view(-1)[0:2].add_(1)
+        return x * 2
+
+    f = trident.jit(fn)
+    for _ in range(2):
+        x = h.rand(2, 3)
+        xe = x.clone()
+        v0, ve0 = x._version, xe._version
+        got, ref = f(x), fn(xe)
+        assert torch.equal(got, ref) and torch.equal(x, xe)
+        assert x._version - v0 == xe._version - ve0 > 0
+
+
+def test_requires_grad_keeps_the_autograd_path(h):
+    def fn(x, w):
+        return (x.view(-1) * w).sin().sum()
+
+    f = trident.jit(fn)
+    for _ in range(2):
+        x = h.rand(2, 3).requires_grad_()
+        w = h.rand(6)
+        xe = x.detach().clone().requires_grad_()
+        f(x, w).backward()
+        fn(xe, w).backward()
+        torch.testing.assert_close(x.grad, xe.grad, rtol=0, atol=0)
+    assert _below_count(f) == 0
+
+
+def test_no_grad_call_with_a_requires_grad_input(h):
+    def fn(x):
+        return x.view(-1) * 2 + 1
+
+    f = trident.jit(fn)
+    x = h.rand(4).requires_grad_()
+    with torch.no_grad():
+        for _ in range(2):
+            got, ref = f(x), fn(x)
+            assert torch.equal(got, ref) and got.requires_grad == ref.requires_grad is False
+
+
+def test_forward_mode_ad_keeps_tangents(h):
+    def fn(x, w):
+        return (x * w).sin().view(-1) + 1
+
+    f = trident.jit(fn)
+    x, w, t = h.rand(4), h.rand(4), h.rand(4)
+    f(x, w), f(x, w)  # a version without dual tensors, below the autograd layer
+    assert _below_count(f) >= 2
+    with fwAD.dual_level():
+        d = fwAD.make_dual(x, t)
+        got = fwAD.unpack_dual(f(d, w))
+        ref = fwAD.unpack_dual(fn(d, w))
+    assert ref.tangent is not None
+    torch.testing.assert_close(got.primal, ref.primal, rtol=0, atol=0)
+    torch.testing.assert_close(got.tangent, ref.tangent, rtol=0, atol=0)
+
+
+def test_switch_off(h, monkeypatch):
+    monkeypatch.setenv("TRIDENT_BELOW_AUTOGRAD", "0")
+
+    def fn(x):
+        return x.view(-1) * 2 + 1
+
+    f = trident.jit(fn)
+    _run_twice(f, fn, h.rand(4))
+    assert _below_count(f) == 0
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_under_caller_modes(h, mode):
+    def fn(x):
+        y = x * 3
+        return y.view(-1)[2:], y.t().sum(0)
+
+    f = trident.jit(fn)
+    ctx = torch.no_grad if mode == "no_grad" else torch.inference_mode
+    with ctx():
+        for _ in range(2):
+            x = h.rand(3, 4)
+            got, ref = f(x), fn(x)
+            for g, r in zip(got, ref):
+                assert torch.equal(g, r) and g.is_inference() == r.is_inference()
+                assert g._is_view() == r._is_view()
