@@ -44,7 +44,7 @@ KNOBS = {
              "records); 0: never "
              "(read at capture)."),
         Knob("TRIDENT_BELOW_AUTOGRAD", "1", "1: in a version where no autograd records, "
-             "functional ATen operators and views of tensors only the program holds run "
+             "functional ATen operators and views that stay inside the program run "
              "below the autograd layer, as ATen's autograd kernels redispatch (no per-operator "
              "autograd and view-tracking work); 0: every operator takes the full path "
              "(read at capture)."),

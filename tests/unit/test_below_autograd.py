@@ -183,3 +183,32 @@ def test_under_caller_modes(h, mode):
             for g, r in zip(got, ref):
                 assert torch.equal(g, r) and g.is_inference() == r.is_inference()
                 assert g._is_view() == r._is_view()
+
+
+def test_read_only_views_of_inputs_run_below(h):
+    def fn(x, w):
+        return x.t().mm(w.t()) + w.view(-1)[0]
+
+    f = trident.jit(fn)
+    x, w = h.rand(4, 3), h.rand(5, 4)
+    vx, vw = x._version, w._version
+    _run_twice(f, fn, x, w)
+    assert (x._version, w._version) == (vx, vw)
+    assert _below_count(f) == 6, trident.explain(f)  # t, t, mm, view, select, add
+
+
+def test_write_through_a_view_of_an_input_keeps_its_views_on_the_full_path(h):
+    def fn(x):
+        s = x.t().sum()  # a view of x that is only read ...
+        x.view(-1)[1:3].mul_(2)  # ... and a write through another view of x
+        return s
+
+    f = trident.jit(fn)
+    for _ in range(2):
+        x = h.rand(2, 3)
+        xe = x.clone()
+        v0, ve0 = x._version, xe._version
+        torch.testing.assert_close(f(x), fn(xe), rtol=0, atol=0)
+        assert torch.equal(x, xe) and x._version - v0 == xe._version - ve0 == 1
+    text = trident.explain(f)
+    assert _below_count(f) == 1, text  # only the sum: every view of x keeps its metadata

@@ -63,15 +63,16 @@ def below_autograd_nodes(graph) -> set:
     - a functional ATen operator (no argument written, no result aliasing an argument): with no
       tensor requiring grad its autograd kernel only redispatches, and its results are fresh
       tensors either way;
-    - an ATen view whose base chain starts at such a fresh result that nothing returns or
-      stores (no alias of it leaves the program): below ADInplaceOrView a view gets no view
-      metadata (no `_base`, its own version counter), which nothing can observe on a tensor
-      only this program holds.
+    - an ATen view whose base (the start of its chain of views) no graph output aliases: below
+      ADInplaceOrView a view gets no view metadata (no `_base`, its own version counter),
+      which nothing can observe on a tensor that stays inside the program, provided that
+      nothing writes through a view of a base the program did not make (an input, a
+      constant: the write would not bump the base's version counter, which the caller sees).
 
-    Operators that write (in-place, out=) keep the full path, and so do views of inputs,
-    constants and escaping tensors, and operators outside the `aten` namespace.  Forward-mode
-    AD is checked at run time (`op_call`: only while no dual level is active)."""
-    fresh, root = set(), {}
+    Operators that write (in-place, out=) keep the full path, and so do views of escaping
+    tensors and operators outside the `aten` namespace.  Forward-mode AD is checked at run
+    time (`op_call`: only while no dual level is active)."""
+    fresh, root, tainted = set(), {}, set()
     for n in graph.nodes:
         if n.op != "call_function":
             continue
@@ -86,6 +87,11 @@ def below_autograd_nodes(graph) -> set:
         if not isinstance(t, torch._ops.OpOverload):
             continue
         s = t._schema
+        for i, a in enumerate(s.arguments):  # writes through a view taint its base
+            if a.alias_info is not None and a.alias_info.is_write:
+                for w in _flat_nodes(_arg_value(n, i, a)):
+                    if w in root:
+                        tainted.add(root[w])
         aliased = None
         if any(r.alias_info is not None for r in s.returns):
             for i, a in enumerate(s.arguments):
@@ -108,7 +114,8 @@ def below_autograd_nodes(graph) -> set:
         if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload) \
                 or not n.target._schema.name.startswith("aten::"):
             continue
-        if n in fresh or (n in root and root[n] in fresh and root[n] not in escaping):
+        if n in fresh or (n in root and root[n] not in escaping
+                          and (root[n] in fresh or root[n] not in tainted)):
             below.add(n)
     return below
 

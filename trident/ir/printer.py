@@ -17,8 +17,8 @@ def print_version(v: ir.Version) -> str:
     below = sum(1 for c in calls if c.below)
     if below:
         lines.append(f"  {below} of {len(calls)} operator calls run below the autograd layer "
-                     "(no tensor requires grad; functional operators and views of tensors "
-                     "only the program holds)")
+                     "(no tensor requires grad; functional operators and views that stay "
+                     "inside the program)")
     lines.append(f"  program ({v.nslots} slots):")
     for ins in v.program:
         lines.append(f"    {ins}")
