@@ -212,3 +212,23 @@ def test_write_through_a_view_of_an_input_keeps_its_views_on_the_full_path(h):
         assert torch.equal(x, xe) and x._version - v0 == xe._version - ve0 == 1
     text = trident.explain(f)
     assert _below_count(f) == 1, text  # only the sum: every view of x keeps its metadata
+
+
+def test_in_place_on_an_input_keeps_the_full_path(h):
+    """Found by the fuzzer (strict versions): an in-place operator returns an alias of its
+    argument, and must not be taken for a view that stays inside the program."""
+    def fn(x, c):
+        t = c["a"].clamp_(-1, 1)
+        y = x.add_(1)
+        return (t + 1) * y
+
+    f = trident.jit(fn)
+    for _ in range(3):
+        x, a = h.rand(3), h.rand(3)
+        xe, ae = x.clone(), a.clone()
+        vx, va, vxe, vae = x._version, a._version, xe._version, ae._version
+        got, ref = f(x, {"a": a}), fn(xe, {"a": ae})
+        assert torch.equal(got, ref) and torch.equal(x, xe) and torch.equal(a, ae)
+        assert (x._version - vx, a._version - va) == (xe._version - vxe, ae._version - vae) \
+            == (1, 1)
+    assert _below_count(f) == 2  # the add and the multiply

@@ -72,7 +72,7 @@ def below_autograd_nodes(graph) -> set:
     Operators that write (in-place, out=) keep the full path, and so do views of escaping
     tensors and operators outside the `aten` namespace.  Forward-mode AD is checked at run
     time (`op_call`: only while no dual level is active)."""
-    fresh, root, tainted = set(), {}, set()
+    fresh, root, tainted, writes = set(), {}, set(), set()
     for n in graph.nodes:
         if n.op != "call_function":
             continue
@@ -89,6 +89,7 @@ def below_autograd_nodes(graph) -> set:
         s = t._schema
         for i, a in enumerate(s.arguments):  # writes through a view taint its base
             if a.alias_info is not None and a.alias_info.is_write:
+                writes.add(n)
                 for w in _flat_nodes(_arg_value(n, i, a)):
                     if w in root:
                         tainted.add(root[w])
@@ -112,7 +113,7 @@ def below_autograd_nodes(graph) -> set:
     below = set()
     for n in graph.nodes:
         if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload) \
-                or not n.target._schema.name.startswith("aten::"):
+                or not n.target._schema.name.startswith("aten::") or n in writes:
             continue
         if n in fresh or (n in root and root[n] not in escaping
                           and (root[n] in fresh or root[n] not in tainted)):
