@@ -17,7 +17,7 @@
 # BENCH_DATE, LIMIT, TAIL, STEPS (space-separated step names to run, from both parts, e.g.
 # STEPS="gpu_tests flaggems_probe flaggems_ops" PART=AB; default: all of the part's), and per
 # step the arguments: PYTEST_ARGS, FG_OPS_ARGS, LLM_ARGS (or LLM_PRESET=qwen3 | qwen3_cpp |
-# deepseek_v2 | deepseek_v2_cpp: issue 5's settings, see below), CP_ARGS (each replaces the defaults
+# deepseek_v2 | deepseek_v2_cpp | deepseek_v2_ab: issue 5's settings, see below), CP_ARGS (each replaces the defaults
 # below), FG_OPS_S, LLM_S, CP_S and GPU_TESTS_S (their timeouts), PYTEST_K (a pytest -k expression), LLM2_ARGS / LLM2_S (a second llm_decode run), LLM_MM (generic | hopper; default generic).
 # Step cold_profile (part A) runs benchmarks/cold_profile.py into $OUT/cold_profile.txt; step
 # host_profile (part A; HP_ARGS, HP_S) benchmarks/host_profile.py into $OUT/host_profile.tgz.
@@ -134,6 +134,8 @@ B|AB)
   #   deepseek_v2_cpp  the same model, eager, trident, compile_cpp (torch 2.11's C++ wrapper
   #                cannot build aten::_grouped_mm: the warm-up filter drops the regions whose
   #                compile fails, and the mode runs the rest)
+  #   deepseek_v2_ab  the same model, eager, trident, trident_full (Trident with every operator
+  #                on the dispatcher's full path: the below-autograd change's A/B, interleaved)
   issue5_args="--layers 4 --new-tokens 128 --warmup 10 --mm generic \
     --max-versions 64 --regions model,layer --budget-s 480 --reserve-s 60"
   case "${LLM_PRESET:-}" in
@@ -146,7 +148,9 @@ B|AB)
       --modes torch,eager,trident,compile --tag h200_deepseek_v2"} ;;
     deepseek_v2_cpp) LLM_ARGS=${LLM_ARGS:-"--models deepseek_v2 --experts grouped_mm $issue5_args \
       --requests 9 --modes eager,trident,compile_cpp --tag h200_deepseek_v2_cpp"} ;;
-    *) echo "LLM_PRESET must be qwen3, qwen3_cpp, deepseek_v2 or deepseek_v2_cpp, not $LLM_PRESET"
+    deepseek_v2_ab) LLM_ARGS=${LLM_ARGS:-"--models deepseek_v2 --experts grouped_mm $issue5_args \
+      --requests 9 --modes eager,trident,trident_full --tag h200_deepseek_v2_ab"} ;;
+    *) echo "LLM_PRESET must be qwen3, qwen3_cpp, deepseek_v2, deepseek_v2_cpp or deepseek_v2_ab, not $LLM_PRESET"
        exit 2 ;;
   esac
   [[ -n "${LLM_PRESET:-}" ]] && LLM_S=${LLM_S:-525}

@@ -21,6 +21,9 @@ Modes (run in this order; `--budget-s` stops the run between requests and skips 
   trident      trident.jit(wrapper) registered instead
   compile      torch.compile(wrapper) registered instead (default mode)
   compile_cpp  torch.compile(wrapper, options={"cpp_wrapper": True}) registered instead
+  trident_full trident.jit(wrapper) with TRIDENT_BELOW_AUTOGRAD=0 while the mode runs (every
+               operator on the dispatcher's full path): the below-autograd change's A/B in
+               one interleaved run; only when named in --modes
 
 Regions (`--regions norm,mlp,rope,attn`; default none): the filtered modes also compile pieces
 of the model's own host code around the Triton operators, under the same warm-up filter as the
@@ -107,8 +110,12 @@ from llm_prompts import PROMPT_SETS, token_ids
 import trident
 
 OPS = ("mm", "addmm", "bmm", "embedding")
-MODES = ("torch", "eager", "trident", "compile", "compile_cpp")
-FILTERED = ("trident", "compile", "compile_cpp")
+MODES = ("torch", "eager", "trident", "compile", "compile_cpp", "trident_full")
+FILTERED = ("trident", "compile", "compile_cpp", "trident_full")
+# trident_full: Trident with every operator on the dispatcher's full path
+# (TRIDENT_BELOW_AUTOGRAD=0 while the mode runs): the below-autograd change's A/B in one run
+TRIDENTS = ("trident", "trident_full")
+MODE_ENV = {"trident_full": {"TRIDENT_BELOW_AUTOGRAD": "0"}}
 MODELS = ("qwen3", "deepseek_v2")
 PUBLISHED_LAYERS = {"qwen3": 36, "deepseek_v2": 27}
 
@@ -462,7 +469,7 @@ def timing_shim(cand, base, rec: OpTiming, stateful: bool = False):
 def make_wrapper(mode: str, fn, dynamic, max_versions=None):
     if mode == "eager":
         return fn
-    if mode == "trident":
+    if mode in TRIDENTS:
         return trident.jit(fn, dynamic=dynamic, max_versions=max_versions)
     if mode == "compile":
         return _outside_compiles(torch.compile(fn, dynamic=dynamic), fn)
@@ -865,7 +872,7 @@ class ModeSession:
 
     def misses(self) -> int:
         """Trident: the misses of every wrapper of this mode so far (0 for other modes)."""
-        if self.mode != "trident":
+        if self.mode not in TRIDENTS:
             return 0
         return sum(trident.stats(w)["misses"] for w in self.wrappers.values())
 
@@ -886,6 +893,9 @@ class ModeSession:
         if self.done:
             return
         t = time.perf_counter()
+        env = MODE_ENV.get(self.mode, {})
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
         try:
             fn()
         except OutOfTime as e:
@@ -897,7 +907,7 @@ class ModeSession:
             # run stops)
             self.done = True
             mode_failed(self.run, e)
-            if self.mode == "trident":  # what each Trident wrapper had done by then
+            if self.mode in TRIDENTS:  # what each Trident wrapper had done by then
                 for op, w in self.wrappers.items():
                     try:
                         self.run.trident[op] = trident_status(w)
@@ -910,6 +920,11 @@ class ModeSession:
         finally:
             self.uninstall()
             self.run.seconds += time.perf_counter() - t
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
     def warm(self, until: float | None = None) -> None:
         """Warm-up, stopped at `until` (default: the run's deadline) even inside one request:
@@ -978,13 +993,13 @@ class ModeSession:
             self.install()  # _phase uninstalls
             for s_, i in settle:
                 run.settle.append(self.request(s_, i, self.a.warmup_tokens))
-        if mode == "trident":
+        if mode in TRIDENTS:
             for op, w in self.wrappers.items():
                 run.trident[op] = trident_status(w)
         if mode.startswith("compile"):
             run.dynamo = dynamo_summary()
         report_warmup(run)
-        if mode == "trident":
+        if mode in TRIDENTS:
             for op, w in self.wrappers.items():
                 self.warm_misses[op] = trident.stats(w)["misses"]
                 run.warm_versions[op] = trident.stats(w)["versions"]
@@ -1011,7 +1026,7 @@ class ModeSession:
                 self.install()
                 run.profile = torch_profile(lambda: self.request(a.prompts[0], 0),
                                             a.new_tokens, f"{run.model}/{self.mode}")
-            if self.mode == "trident":  # again: a miss after the warm-up counts too (the
+            if self.mode in TRIDENTS:  # again: a miss after the warm-up counts too (the
                 # measured requests' own misses are in their rows of the report)
                 run.trident = {op: trident_status(w, self.warm_misses.get(op))
                                for op, w in self.wrappers.items()}
@@ -1283,7 +1298,8 @@ def late_captures(runs, width: int = 900) -> list:
                 if int(m.group(1)) >= first:
                     why = m.group(2)
                     why = why if len(why) <= width else why[:width] + " ..."
-                    out.append(f"- {run.model}/{op} version {m.group(1)}: {why}")
+                    mode = "" if run.mode == "trident" else f" ({run.mode})"
+                    out.append(f"- {run.model}/{op}{mode} version {m.group(1)}: {why}")
     if not out:
         if not any(run.warm_versions for run in runs):
             return []  # no Trident mode finished its warm-up
@@ -1428,8 +1444,8 @@ def write_report(runs, prov, a, path_md, layers_of, elapsed) -> None:
         "The median ITL ignores a stalled token (see Stalls below): where the two ratios part, "
         "a mode stalled during its measured requests.",
         "",
-        "| model | prompts | vs eager | vs compile | vs compile_cpp | vs torch |",
-        "|---|---|---:|---:|---:|---:|",
+        "| model | prompts | vs eager | vs compile | vs compile_cpp | vs torch | vs trident_full |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
     chart = {}
     for model in layers_of:
@@ -1452,7 +1468,7 @@ def write_report(runs, prov, a, path_md, layers_of, elapsed) -> None:
                 )
             tr = ms.get("trident")
             cells = []
-            for other in ("eager", "compile", "compile_cpp", "torch"):
+            for other in ("eager", "compile", "compile_cpp", "torch", "trident_full"):
                 o = ms.get(other)
                 if tr and o:
                     cells.append(f"{o['e2e'] / tr['e2e']:.2f}x ({o['tpot'] / tr['tpot']:.2f}x; "
@@ -1515,7 +1531,8 @@ def write_report(runs, prov, a, path_md, layers_of, elapsed) -> None:
     lines += ["", "## Trident per operator", "", "| model | op | status |", "|---|---|---|"]
     for run in runs:
         for op, st in run.trident.items():
-            lines.append(f"| {run.model} | {op} | {st} |")
+            mode = "" if run.mode == "trident" else f" ({run.mode})"
+            lines.append(f"| {run.model} | {op}{mode} | {st} |")
     lines += ["", "## torch.compile modes: Dynamo during warm-up", ""]
     lines += [f"- {run.model}/{run.mode}: {run.dynamo}" for run in runs if run.dynamo]
     failed = [run for run in runs if run.error]
@@ -1536,7 +1553,8 @@ def write_report(runs, prov, a, path_md, layers_of, elapsed) -> None:
     if profiles:
         with open(path_md[:-3] + "_profile.md", "w") as f:
             f.write("\n".join(profiles))
-    explains = [f"### {r.model} / {op}\n\n{text}\n" for r in runs for op, text in r.explain.items()]
+    explains = [f"### {r.model} / {op}" + ("" if r.mode == "trident" else f" ({r.mode})")
+                + f"\n\n{text}\n" for r in runs for op, text in r.explain.items()]
     if explains:
         with open(path_md[:-3] + "_trident.txt", "w") as f:
             f.write("\n".join(explains))
@@ -1560,7 +1578,7 @@ def draw_chart(chart: dict, path: str, prov: Provider, a) -> None:
         return
     modes = [
         m
-        for m in ("torch", "compile", "compile_cpp", "trident")
+        for m in ("torch", "compile", "compile_cpp", "trident_full", "trident")
         if any(m in v for v in chart.values())
     ]
     if not modes:
@@ -1600,7 +1618,7 @@ def main() -> int:
         help="num_hidden_layers of each model (default 4; 2 with --tiny)",
     )
     ap.add_argument("--models", default=",".join(MODELS))
-    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--modes", default=",".join(m for m in MODES if m != "trident_full"))
     ap.add_argument("--prompts", default=",".join(PROMPT_SETS))
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--warmup", type=int, default=10, help="warm-up requests per model and mode")

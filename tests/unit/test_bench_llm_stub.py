@@ -211,3 +211,21 @@ def test_warmup_failed_stateful_candidate_leaves_eagers_cache_state():
         assert torch.equal(out, x + 1)
         assert torch.equal(cache.layers[0].keys, torch.cat([torch.zeros(2), x]))
         assert rec.verdict().startswith("dropped (failed: RuntimeError: compile failed")
+
+
+def test_trident_full_mode_is_trident_without_below_autograd(tmp_path):
+    """--modes ...,trident_full: the same Trident wrappers with TRIDENT_BELOW_AUTOGRAD=0 while
+    the mode runs (the below-autograd A/B in one interleaved run); its versions put no operator
+    below the autograd layer, trident's do, and both keep eager's tokens."""
+    _, md = _run(tmp_path, "ab", "--modes", "eager,trident,trident_full", "--prompts", "mmlu",
+                 "--new-tokens", "3")
+    rows = [ln for ln in md.splitlines() if ln.startswith("| qwen3 | mmlu | trident")]
+    assert len(rows) == 2 and all("same (1/1)" in ln for ln in rows), md
+    assert "| vs trident_full |" in md
+    text = next(tmp_path.glob("llm_decode_*_ab_trident.txt")).read_text()
+    sections = {s.splitlines()[0]: s for s in text.split("### ")[1:]}
+    full = [s for h, s in sections.items() if h.endswith("(trident_full)")]
+    plain = [s for h, s in sections.items() if not h.endswith("(trident_full)")]
+    assert full and plain
+    assert not any("run below the autograd" in s for s in full)
+    assert any("run below the autograd" in s for s in plain)
