@@ -6,6 +6,9 @@ in-place writes, gradients where a tensor requires grad, forward-mode AD tangent
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+
 import pytest
 import torch
 import torch.autograd.forward_ad as fwAD
@@ -232,3 +235,68 @@ def test_in_place_on_an_input_keeps_the_full_path(h):
         assert (x._version - vx, a._version - va) == (xe._version - vxe, ae._version - vae) \
             == (1, 1)
     assert _below_count(f) == 2  # the add and the multiply
+
+
+
+@contextlib.contextmanager
+def _cpu_kernel(op, fn):
+    """`op`'s CPU kernel replaced by the Python function `fn` (as FlagGems registers its
+    Triton operators), for the block."""
+    lib = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Overriding a previously registered kernel"
+        lib.impl(op, fn, "CPU")
+    try:
+        yield
+    finally:
+        lib._destroy()
+
+
+def _recording_mm(seen):
+    """A Python mm that records the view metadata of what it is handed."""
+    def mm(a, b):
+        seen.append(tuple((t._is_view(), None if t._base is None else tuple(t._base.shape))
+                          for t in (a, b)))
+        return (a.unsqueeze(-1) * b.unsqueeze(0)).sum(1)
+    return mm
+
+
+def _mm_of_views(x, w):
+    y = x * 2
+    # a view of a tensor the program made, and of an input
+    return torch.mm(y.view(4, -1), w.t())
+
+
+def test_python_kernel_is_handed_the_views_eager_hands_it(h):
+    seen = []
+    with _cpu_kernel("mm", _recording_mm(seen)):
+        f = trident.jit(_mm_of_views)
+        for _ in range(3):
+            x, w = h.rand(32), h.rand(5, 8)
+            seen.clear()
+            ref = _mm_of_views(x, w)
+            eager_seen = list(seen)
+            seen.clear()
+            got = f(x, w)
+            torch.testing.assert_close(got, ref, rtol=0, atol=0)
+            assert seen == eager_seen == [((True, (32,)), (True, (5, 8)))]
+        assert sum(trident.stats(f)["hits"]) >= 2
+        assert _below_count(f) >= 1, trident.explain(f)  # the multiply, and mm (backend kernel)
+
+
+def test_nested_jit_kernel_keeps_one_version_per_call_site(h):
+    def mm(a, b):
+        return (a.unsqueeze(-1) * b.unsqueeze(0)).sum(1)
+
+    inner = trident.jit(mm)
+    with _cpu_kernel("mm", inner):
+        f = trident.jit(_mm_of_views)
+        # static sizes, then dynamic ones (Dynamo guards the views' bases symbolically)
+        for n in (8, 8, 12, 12, 16, 20):
+            x, w = h.rand(4 * n), h.rand(5, n)
+            torch.testing.assert_close(f(x, w), _mm_of_views(x, w), rtol=0, atol=0)
+        # every hit hands the nested kernel views like the capturing call's: no more versions
+        # of it than call sites' versions (a bare alias fails its `_base` guards: one more)
+        assert trident.stats(inner)["versions"] <= trident.stats(f)["versions"], \
+            trident.explain(inner)
+        assert sum(trident.stats(f)["hits"]) >= 2

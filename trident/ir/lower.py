@@ -70,9 +70,16 @@ def below_autograd_nodes(graph) -> set:
       constant: the write would not bump the base's version counter, which the caller sees).
 
     Operators that write (in-place, out=) keep the full path, and so do views of escaping
-    tensors and operators outside the `aten` namespace.  Forward-mode AD is checked at run
-    time (`op_call`: only while no dual level is active)."""
-    fresh, root, tainted, writes = set(), {}, set(), set()
+    tensors and operators outside the `aten` namespace.  Python code sees what it is handed:
+    for an operator with a kernel registered from Python (`torch.library`, as FlagGems does
+    for aten::mm; looked up when the version is lowered), every view of a base that any view
+    of is passed to it keeps the full path, so that the kernel sees the `_base` eager gives it
+    (a nested `trident.jit` kernel guards on it: a bare alias would not match the version its
+    capture made, one more version per call site).  The operator itself runs below unless
+    its Python kernel is at the autograd layer (a backend kernel runs below it in eager too).
+    Forward-mode AD is checked at run time (`op_call`: only while no dual level is active)."""
+    py, py_autograd = _python_kernel_ops()
+    fresh, root, tainted, writes, seen_by_py = set(), {}, set(), set(), set()
     for n in graph.nodes:
         if n.op != "call_function":
             continue
@@ -87,6 +94,12 @@ def below_autograd_nodes(graph) -> set:
         if not isinstance(t, torch._ops.OpOverload):
             continue
         s = t._schema
+        if _library_key(t) in py:
+            if _library_key(t) in py_autograd:
+                writes.add(n)  # keeps the full path: its Python kernel is that path
+            for w in _flat_nodes((n.args, n.kwargs)):
+                if w in root:
+                    seen_by_py.add(root[w])
         for i, a in enumerate(s.arguments):  # writes through a view taint its base
             if a.alias_info is not None and a.alias_info.is_write:
                 writes.add(n)
@@ -115,10 +128,32 @@ def below_autograd_nodes(graph) -> set:
         if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload) \
                 or not n.target._schema.name.startswith("aten::") or n in writes:
             continue
-        if n in fresh or (n in root and root[n] not in escaping
+        if n in fresh or (n in root and root[n] not in escaping and root[n] not in seen_by_py
                           and (root[n] in fresh or root[n] not in tainted)):
             below.add(n)
     return below
+
+
+def _library_key(op) -> str:
+    """`ns/name[.overload]`, as torch.library records the kernels registered from Python."""
+    name = op._schema.name.replace("::", "/")
+    return f"{name}.{op._schema.overload_name}" if op._schema.overload_name else name
+
+
+def _python_kernel_ops() -> tuple:
+    """The operators with a kernel registered from Python under a key a real tensor's call can
+    reach (every key but Meta), and those of them with one at the autograd layer (which running
+    below would skip), as sets of `ns/name[.overload]`."""
+    out, autograd = set(), set()
+    for k in getattr(torch.library, "_impls", ()):
+        op, _, key = k.rpartition("/")
+        if key == "Meta":
+            continue
+        op = op[:-len(".default")] if op.endswith(".default") else op
+        out.add(op)
+        if key.startswith("Autograd") or key == "ADInplaceOrView":
+            autograd.add(op)
+    return out, autograd
 
 
 def _flat_nodes(a) -> list:
