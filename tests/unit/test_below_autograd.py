@@ -300,3 +300,61 @@ def test_nested_jit_kernel_keeps_one_version_per_call_site(h):
         assert trident.stats(inner)["versions"] <= trident.stats(f)["versions"], \
             trident.explain(inner)
         assert sum(trident.stats(f)["hits"]) >= 2
+
+
+_VIEWS = [
+    ("t", lambda a: a.t() if a.dim() == 2 else a),
+    ("transpose", lambda a: a.transpose(0, -1)),
+    ("unsqueeze", lambda a: a.unsqueeze(0)),
+    ("squeeze", lambda a: a.squeeze(0)),
+    ("slice", lambda a: a[..., 1:] if a.shape[-1] > 1 else a),
+    ("view", lambda a: a.view(a.shape)),
+    ("flatten", lambda a: a.reshape(-1) if a.is_contiguous() else a),
+]
+
+
+def _add_view_meta(seen):
+    """A Python add (as a library registers one) recording what it is handed."""
+    def add(a, b, alpha=1):
+        seen.append(tuple((t._is_view(), None if t._base is None else
+                           (tuple(t._base.shape), t._base.stride())) for t in (a, b)))
+        return torch.ops.aten.sub.Tensor(a, b, alpha=-alpha)  # a + alpha * b
+    return add
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_view_chains_reach_python_kernels_as_in_eager(h, seed):
+    """Random chains of views of inputs and of tensors the program made, passed to an
+    operator with a Python kernel: every hit hands it eager's views and bases."""
+    import random
+    rng = random.Random(seed)
+    chains = [[rng.choice(_VIEWS) for _ in range(rng.randint(1, 4))] for _ in range(2)]
+    from_input = [rng.random() < 0.5 for _ in range(2)]
+
+    def fn(x, y):
+        outs = []
+        for chain, inp in zip(chains, from_input):
+            a = x if inp else x * 2
+            for _, v in chain:
+                a = v(a)
+            outs.append(a)
+        b = y.expand_as(outs[0]) if outs[0].shape != y.shape and outs[0].dim() else outs[0]
+        return torch.add(outs[0], b), outs[1].sum()
+
+    seen = []
+    with _cpu_kernel("add.Tensor", _add_view_meta(seen)):
+        f = trident.jit(fn)
+        for _ in range(3):
+            x, y = h.rand(3, 5), h.rand(1)
+            seen.clear()
+            try:
+                ref = fn(x, y)
+            except RuntimeError:
+                pytest.skip("this chain is not valid in eager")
+            eager_seen = list(seen)
+            seen.clear()
+            got = f(x, y)
+            for g, r in zip(got, ref):
+                torch.testing.assert_close(g, r, rtol=0, atol=0)
+            assert seen == eager_seen, (chains, from_input)
+        assert sum(trident.stats(f)["hits"]) >= 1, trident.explain(f)
