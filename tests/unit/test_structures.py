@@ -4,7 +4,9 @@ keeping their identity."""
 
 from __future__ import annotations
 
+import math
 import re
+import struct
 
 import pytest
 import torch
@@ -359,6 +361,76 @@ def test_negative_zero_is_not_served_by_the_zero_version():
     x = torch.ones(2)
     for s in (0.0, -0.0, 0.0, -0.0):
         assert torch.equal(f(x, s), fn(x, s))
+
+
+def _bits(v: float) -> bytes:
+    return struct.pack("<d", v)
+
+
+def _nan(bits: int) -> float:
+    return struct.unpack("<d", struct.pack("<Q", bits))[0]
+
+
+def _same(actual, expected) -> None:
+    """Equal results, NaNs included, each float down to its bits (sign and payload)."""
+    assert type(actual) is type(expected)
+    if isinstance(expected, tuple):
+        assert len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            _same(a, e)
+    elif isinstance(expected, float):
+        assert _bits(actual) == _bits(expected), (actual, expected)
+    else:
+        assert torch.equal(actual.isnan(), expected.isnan())
+        torch.testing.assert_close(actual, expected, equal_nan=True)
+
+
+_NAN_CALLS = [
+    float("nan"), 2.5, float("nan"), -float("nan"), float("nan"), -float("nan"), 2.5,
+    _nan(0x7FF8000000000001), float("nan"), math.nan,
+]
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_nan_float_argument_keeps_a_native_version(dynamic):
+    """A NaN argument used to make the function run eagerly for good (Dynamo guards
+    `isnan(s)`; no value equals NaN).  Now its version is served to a NaN of the same bits;
+    -nan and another payload get their own (the function returns s and copysign of it)."""
+
+    def fn(x, s):
+        return x * s + 1, s, math.copysign(1.0, s), x.sum() + s
+
+    f = trident.jit(fn, dynamic=dynamic, strict=True)
+    for s in _NAN_CALLS:
+        x = torch.randn(4)
+        _same(f(x, s), fn(x, s))
+    st = trident.stats(f)
+    assert st["fallbacks"] == 0, st["fallback_reason"]
+    # nan, 2.5, -nan and the other payload: four versions, every other call a native hit
+    assert st["versions"] == 4, st
+    assert sum(st["hits"]) == len(_NAN_CALLS) - 4
+
+
+_K = float("nan")
+
+
+def _uses_global_k(x):
+    return x * _K, math.copysign(1.0, _K)
+
+
+def test_nan_global_is_a_native_environment_guard():
+    global _K
+    f = trident.jit(_uses_global_k, strict=True)
+    try:
+        for k in (float("nan"), float("nan"), 1.0, -float("nan"), math.nan, 1.0):
+            _K = k
+            x = torch.randn(3)
+            _same(f(x), _uses_global_k(x))
+    finally:
+        _K = float("nan")
+    st = trident.stats(f)
+    assert st["fallbacks"] == 0, st["fallback_reason"]
+    assert st["versions"] == 3 and sum(st["hits"]) == 3, st
 
 
 @pytest.mark.parametrize("big", [2 ** 63, 2 ** 64])

@@ -414,8 +414,8 @@ def _equals(src, value, consts: ConstPool):
         pass
     elif type(value) not in _EQ_TYPES:
         raise UnsupportedError(f"equality guard on {src} of type {type(value).__name__}")
-    if isinstance(value, float) and math.isnan(value):
-        raise UnsupportedError(f"equality guard on NaN at {src}")
+    # A NaN: Dynamo guards `math.isnan(x)` (no value equals NaN); trt_equals checks that the
+    # argument is a float NaN of the same bits (sign and payload), a stronger check.
     t = type(value)
     return ir.EqualsMatch(src, consts.add(t), consts.add(value), _describe(value))
 

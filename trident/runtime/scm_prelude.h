@@ -12,6 +12,7 @@
 #include "trident_rt.h"
 
 #include <math.h>
+#include <string.h>
 
 #define TRT_EXPORT __attribute__((visibility("default")))
 /* A guard evaluation that runs only when something changed: kept out of line. */
@@ -124,6 +125,14 @@ static inline int trt_equals(PyObject *o, PyObject *type, PyObject *value) {
   if (PyFloat_CheckExact(o)) {
     /* Equal and of the same sign: 0.0 and -0.0 compare equal but x / s differs. */
     double a = PyFloat_AS_DOUBLE(o), b = PyFloat_AS_DOUBLE(value);
+    if (isnan(b)) {
+      /* Dynamo's guard for a NaN constant is isnan(x): here also the same sign and payload
+         (a returned or copysign'd NaN keeps them), so a hit is never wrong. */
+      uint64_t ua, ub;
+      memcpy(&ua, &a, sizeof ua);
+      memcpy(&ub, &b, sizeof ub);
+      return ua == ub;
+    }
     return a == b && signbit(a) == signbit(b);
   }
   int r = PyObject_RichCompareBool(o, value, Py_EQ);
