@@ -17,7 +17,8 @@
 # BENCH_DATE, LIMIT, TAIL, STEPS (space-separated step names to run, from both parts, e.g.
 # STEPS="gpu_tests flaggems_probe flaggems_ops" PART=AB; default: all of the part's), and per
 # step the arguments: PYTEST_ARGS, FG_OPS_ARGS, LLM_ARGS (or LLM_PRESET=qwen3 | qwen3_cpp |
-# deepseek_v2 | deepseek_v2_cpp | deepseek_v2_ab: issue 5's settings, see below), CP_ARGS (each replaces the defaults
+# deepseek_v2 | deepseek_v2_cpp | deepseek_v2_ab: issue 5's settings, see below; caches:
+# refill the caches below, with STEPS="runtime_build llm_decode llm_decode2"), CP_ARGS (each replaces the defaults
 # below), FG_OPS_S, LLM_S, CP_S and GPU_TESTS_S (their timeouts), PYTEST_K (a pytest -k expression), LLM2_ARGS / LLM2_S (a second llm_decode run), LLM_MM (generic | hopper; default generic).
 # Step cold_profile (part A) runs benchmarks/cold_profile.py into $OUT/cold_profile.txt; step
 # host_profile (part A; HP_ARGS, HP_S) benchmarks/host_profile.py into $OUT/host_profile.tgz.
@@ -150,7 +151,19 @@ B|AB)
       --requests 9 --modes eager,trident,compile_cpp --tag h200_deepseek_v2_cpp"} ;;
     deepseek_v2_ab) LLM_ARGS=${LLM_ARGS:-"--models deepseek_v2 --experts grouped_mm $issue5_args \
       --requests 9 --modes eager,trident,trident_full --tag h200_deepseek_v2_ab"} ;;
-    *) echo "LLM_PRESET must be qwen3, qwen3_cpp, deepseek_v2, deepseek_v2_cpp or deepseek_v2_ab, not $LLM_PRESET"
+    caches)  # refill FlagGems' tuned configs and Triton's cache (a new checkout has none):
+      # eager only, DeepSeek-V2 then Qwen3, every measured prompt, caches written to $OUT.
+      # From empty caches DeepSeek-V2's eager warm-up autotunes for more than one call
+      # (session 19: cut after 302 s, then 162 s more): repeat, CACHES_IN the last CACHES_OUT,
+      # until its report shows every warm-up and request done.
+      CACHES_OUT=1
+      LLM_S=${LLM_S:-400}
+      LLM_ARGS=${LLM_ARGS:-"--models deepseek_v2 --experts grouped_mm ${issue5_args/--budget-s 480 --reserve-s 60/--budget-s 380 --reserve-s 0} \
+        --requests 9 --modes eager --no-breakdown --tag caches_deepseek_v2"}
+      LLM2_S=${LLM2_S:-120}
+      LLM2_ARGS=${LLM2_ARGS:-"--models qwen3 ${issue5_args/--budget-s 480 --reserve-s 60/--budget-s 105 --reserve-s 0} \
+        --requests 9 --modes eager --no-breakdown --tag caches_qwen3"} ;;
+    *) echo "LLM_PRESET must be qwen3, qwen3_cpp, deepseek_v2, deepseek_v2_cpp, deepseek_v2_ab or caches, not $LLM_PRESET"
        exit 2 ;;
   esac
   [[ -n "${LLM_PRESET:-}" ]] && LLM_S=${LLM_S:-525}
