@@ -189,3 +189,91 @@ def test_size_one_dims_keep_eagers_strides(make):
 
     f = _check(fn, make)
     assert "add_" not in _program(f) and "relu_" not in _program(f)
+
+
+# ------------------------------------------------ clone of a dead intermediate (_dead_clone)
+
+
+def _attention_probs(q, k):
+    p = torch.softmax(q @ k.transpose(-1, -2), -1)
+    return torch.nn.functional.dropout(p, p=0.0, training=False) @ k
+
+
+@pytest.mark.parametrize("shape", [(2, 5, 8), (1, 1, 8), (3, 1, 4)])
+def test_inference_dropout_runs_no_copy(shape):
+    """The captured graph of dropout at inference can hold `input.clone()` where eager
+    returns its input (here with a size-1 dimension; transformers' eager attention after its
+    fp32 softmax): the version's program runs no copy (a copy kernel per attention layer and
+    token on a GPU), and the result equals eager's, strides included."""
+    f = _check(_attention_probs, lambda: (torch.randn(*shape), torch.randn(*shape)))
+    assert "aten::clone" not in _program(f), _program(f)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: (torch.randn(4, 1).t(), torch.randn(1, 4)),
+    lambda: (torch.randn(3, 1, 1).permute(1, 2, 0), torch.randn(3)),
+    lambda: (torch.randn(6, 5).t(), torch.randn(6, 5).t()),
+    lambda: (torch.randn(2, 3, 4, 5).contiguous(memory_format=torch.channels_last),
+             torch.randn(5)),
+])
+def test_returned_clone_of_an_intermediate_keeps_eagers_strides(make):
+    def fn(y, z):
+        return (y * z).clone()
+
+    f = _check(fn, make)
+    assert "aten::clone" not in _program(f), _program(f)
+
+
+def test_clone_that_must_copy_is_kept():
+    """A clone of an intermediate that something else reads (returned, read again, viewed),
+    of an input, or into another memory format is a real copy."""
+    def returned(x, w):
+        t = x * w
+        return t, t.clone()
+
+    def read_again(x, w):
+        t = x * w
+        return t.clone() + t
+
+    def of_input(x, w):
+        return x.clone() * w
+
+    def other_format(x, w):
+        return (x * w).clone(memory_format=torch.channels_last)
+
+    def viewed(x, w):
+        t = x * w
+        v = t.view(-1)
+        return t.clone(), v
+
+    for fn in (returned, read_again, of_input, other_format, viewed):
+        f = _check(fn, lambda: (torch.randn(2, 3, 4, 5), torch.randn(5)))
+        assert "aten::clone" in _program(f), (fn.__name__, _program(f))
+    f = trident.jit(returned)
+    x, w = torch.randn(2, 3), torch.randn(3)
+    t, c = f(x, w)
+    t.add_(1)  # the clone is its own storage: writing t leaves it as it was
+    assert torch.equal(c, x * w) and t.data_ptr() != c.data_ptr()
+
+
+def test_clone_with_autograd_is_kept_and_grads_match():
+    def fn(x, w):
+        return torch.sigmoid(x * w).clone() * 2
+
+    f = trident.jit(fn)
+    for _ in range(2):
+        x = torch.randn(4, 4, requires_grad=True)
+        w = torch.randn(4, 4)
+        x2 = x.detach().clone().requires_grad_(True)
+        out, ref = f(x, w), fn(x2, w)
+        assert torch.equal(out, ref)
+        out.sum().backward()
+        ref.sum().backward()
+        assert torch.equal(x.grad, x2.grad)
+    assert "aten::clone" in _program(f)
+
+
+def test_knob_off_keeps_the_clone():
+    with config.scope(TRIDENT_REUSE_BUFFERS="0"):
+        f = _check(_attention_probs, lambda: (torch.randn(2, 5, 8), torch.randn(2, 5, 8)))
+    assert "aten::clone" in _program(f)

@@ -343,6 +343,9 @@ class _Lowering:
         schema = op._schema
         if schema.name.startswith("aten::_assert") or op is torch.ops.aten._assert_scalar.default:
             raise UnsupportedError("runtime asserts in the graph")
+        if self.reuse and self._dead_clone(node):
+            self.vals[node] = self.vals[node.args[0]]  # the intermediate is the copy
+            return
         args = []
         pos = list(node.args)
         for i, a in enumerate(schema.arguments):
@@ -405,6 +408,35 @@ class _Lowering:
                 and b.layout == torch.strided and _same_ints(a.shape, b.shape)
                 and _same_ints(a.stride(), b.stride())
                 and not any(type(d) is int and d < 2 for d in a.shape))
+
+    def _dead_clone(self, node) -> bool:
+        """`node` is `aten::clone` (keeping the layout) of a fresh intermediate that nothing
+        else reads (no other reader, no view of it, not an output): the intermediate itself
+        serves as the copy, and no copy runs.  ATen's decomposition of `dropout` at inference
+        (`p == 0` or not training) is `input.clone()` where eager's dropout returns its input:
+        a copy kernel per attention layer and token that eager does not run.  A fresh
+        intermediate is non-overlapping and dense (every operator of _FRESH allocates its
+        result so), and `clone` with `preserve_format` copies such a tensor's strides
+        exactly, so the clone eager would make has the same sizes, strides and values.  Not
+        where a size is 0 (there a dense layout's strides are not unique)."""
+        if node.target is not torch.ops.aten.clone.default or not node.args:
+            return False
+        fmt = node.kwargs.get("memory_format", node.args[1] if len(node.args) > 1 else None)
+        if fmt not in (None, torch.preserve_format):
+            return False
+        src = node.args[0]
+        if not isinstance(src, torch.fx.Node) or src.op != "call_function" \
+                or not isinstance(src.target, torch._ops.OpOverload) \
+                or _op_key(src.target) not in _FRESH or len(src.users) != 1 \
+                or self.vals.get(src, ("",))[0] != "slot":
+            return False
+        a, b = src.meta.get("val"), node.meta.get("val")
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            return False
+        return (a.dtype == b.dtype and a.device == b.device and a.layout == torch.strided
+                and b.layout == torch.strided and _same_ints(a.shape, b.shape)
+                and _same_ints(a.stride(), b.stride())
+                and not any(type(d) is int and d == 0 for d in a.shape))
 
     def getitem(self, node) -> None:
         base, idx = node.args
