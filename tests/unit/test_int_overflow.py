@@ -41,3 +41,24 @@ def test_shape_guard_arithmetic_beyond_int64_misses_instead_of_wrapping():
     for s in (5, 6, 2 ** 62, 2 ** 62 + 1, 1, 2, 2 ** 61 + 7):
         x = torch.randn(3)
         assert torch.equal(f(x, s), _guarded(x, s)), s
+
+
+def _writes_then_returns(x, s):
+    x.view(-1).clamp_(min=0)
+    return x * 3, s * 2, s + x.shape[0]
+
+
+def test_int_beyond_int64_in_a_program_that_writes_its_argument():
+    """Found by the fuzzer: the program writes its argument (`clamp_`), then computes `s * 2`,
+    which for s = 2**62 is beyond int64.  The ints computed from the inputs alone are computed
+    before the first operator, so this is a miss and the call runs as eager does (the
+    argument written once, the Python int returned), not an OverflowError after the write."""
+    f = trident.jit(_writes_then_returns, dynamic=True)
+    for s in (3, 5, 2 ** 62, 7, 2 ** 63 - 2, -2 ** 62 - 1, 9):
+        x = torch.randn(2, 3)
+        xe = x.clone()
+        out, ref = f(x, s), _writes_then_returns(xe, s)
+        assert torch.equal(x, xe), s  # written once, as eager writes it
+        assert torch.equal(out[0], ref[0]) and out[1:] == ref[1:], s
+        assert all(type(a) is int for a in out[1:])
+    assert sum(trident.stats(f)["hits"]) >= 2, trident.explain(f)  # small values stay native
