@@ -168,6 +168,18 @@ def _op_key(target) -> str:
     return f"{s.name}.{s.overload_name}"
 
 
+def _same_layout(src, node, *, min_size: int) -> bool:
+    """The traced results of FX nodes `src` and `node` are strided tensors of the same dtype,
+    device, sizes and strides, and no static size of `src` is below `min_size`."""
+    a, b = src.meta.get("val"), node.meta.get("val")
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return False
+    return (a.dtype == b.dtype and a.device == b.device and a.layout == torch.strided
+            and b.layout == torch.strided and _same_ints(a.shape, b.shape)
+            and _same_ints(a.stride(), b.stride())
+            and not any(type(d) is int and d < min_size for d in a.shape))
+
+
 def _same_ints(a, b) -> bool:
     """Equal sizes or strides, without asking the shape environment (which would add guards
     after they were taken): ints equal, or symbolic ints with the same expression."""
@@ -389,25 +401,23 @@ class _Lowering:
         if _op_key(node.target) not in _INPLACE or not node.args:
             return False
         src = node.args[0]
-        if not isinstance(src, torch.fx.Node) or src.op != "call_function" \
-                or not isinstance(src.target, torch._ops.OpOverload) \
-                or _op_key(src.target) not in _FRESH or len(src.users) != 1:
+        if not self._dead_fresh(src):
             return False
         uses = [a for a in (*node.args, *node.kwargs.values()) if a is src]
-        if len(uses) != 1 or self.vals.get(src, ("",))[0] != "slot":
-            return False
-        a, b = src.meta.get("val"), node.meta.get("val")
-        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
-            return False
         # Not where a size is 0 or 1: there the trace's strides can differ from the real
         # kernels' (fake tensors canonicalize them; TensorIterator keeps an input's), and in
         # place keeps the intermediate's (`y * 1.5` on y = (4, 1).t(): real strides (1, 1),
         # traced (4, 1); `+ z` of it (4, 1) in both; a (0, 0, 2) transposed y likewise).
         # Dynamo specializes sizes 0 and 1, so a symbolic size is neither.
-        return (a.dtype == b.dtype and a.device == b.device and a.layout == torch.strided
-                and b.layout == torch.strided and _same_ints(a.shape, b.shape)
-                and _same_ints(a.stride(), b.stride())
-                and not any(type(d) is int and d < 2 for d in a.shape))
+        return len(uses) == 1 and _same_layout(src, node, min_size=2)
+
+    def _dead_fresh(self, src) -> bool:
+        """`src` is a fresh intermediate (the result of an operator of _FRESH, in a slot)
+        whose only FX user is the node at hand."""
+        return (isinstance(src, torch.fx.Node) and src.op == "call_function"
+                and isinstance(src.target, torch._ops.OpOverload)
+                and _op_key(src.target) in _FRESH and len(src.users) == 1
+                and self.vals.get(src, ("",))[0] == "slot")
 
     def _dead_clone(self, node) -> bool:
         """`node` is `aten::clone` (keeping the layout) of a fresh intermediate that nothing
@@ -425,18 +435,7 @@ class _Lowering:
         if fmt not in (None, torch.preserve_format):
             return False
         src = node.args[0]
-        if not isinstance(src, torch.fx.Node) or src.op != "call_function" \
-                or not isinstance(src.target, torch._ops.OpOverload) \
-                or _op_key(src.target) not in _FRESH or len(src.users) != 1 \
-                or self.vals.get(src, ("",))[0] != "slot":
-            return False
-        a, b = src.meta.get("val"), node.meta.get("val")
-        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
-            return False
-        return (a.dtype == b.dtype and a.device == b.device and a.layout == torch.strided
-                and b.layout == torch.strided and _same_ints(a.shape, b.shape)
-                and _same_ints(a.stride(), b.stride())
-                and not any(type(d) is int and d == 0 for d in a.shape))
+        return self._dead_fresh(src) and _same_layout(src, node, min_size=1)
 
     def getitem(self, node) -> None:
         base, idx = node.args
