@@ -463,3 +463,41 @@ def test_scm_rebuilt_in_inference_mode_keeps_normal_constants():
     assert torch.equal(out, fn(x)) and out.requires_grad
     out.sum().backward()
     assert torch.equal(x.grad, torch.full((3,), 2.0))
+
+
+def _adds_scalar_tensor(x, y):
+    return (x + 1).view(-1).add_(y), y * 2
+
+
+def _double_scalar(kind: str):
+    x = torch.randn(4, dtype=torch.float64)
+    if kind == "view":  # a view of x: Dynamo reads its base's item too
+        return x, x[1]
+    if kind == "nan":
+        return x, torch.tensor(float("nan"), dtype=torch.float64)
+    n = 3 if kind == "small" else 6
+    return torch.randn(n, dtype=torch.float64), torch.randn((), dtype=torch.float64)
+
+
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_zero_dim_double_tensor_argument_stays_compiled(dynamic):
+    """Dynamo gives a 0-d float64 CPU tensor argument a float symbol and guards
+    `not math.isnan(L['y'].item())` (its NaN specialization): that guard used to make the
+    function run eagerly for good.  It is native now (the guard calls `.item()`, as
+    Dynamo's does); a NaN value misses and gets its own version."""
+    f = trident.jit(_adds_scalar_tensor, dynamic=dynamic, strict=True)
+    kinds = ["small", "small", "big", "view", "view", "nan", "nan", "small", "big", "view"]
+    for kind in kinds:
+        x, y = _double_scalar(kind)
+        xe, ye = x.clone(), y.clone()
+        if kind == "view":
+            ye = xe[1]
+        out, ref = f(x, y), _adds_scalar_tensor(xe, ye)
+        for a, e in zip(out, ref):
+            assert torch.equal(a.isnan(), e.isnan())
+            torch.testing.assert_close(a, e, equal_nan=True)
+        assert torch.equal(x, xe)
+    st = trident.stats(f)
+    assert st["fallbacks"] == 0, st["fallback_reason"]
+    assert "isnan(" in trident.explain(f)
+    assert sum(st["hits"]) >= 4, trident.explain(f)

@@ -138,6 +138,9 @@ class _VersionGen:
         if isinstance(leaf, ir.PyInt):
             o = self.load(leaf.source)
             return f"trt_pyint({o}, &ok)"
+        if isinstance(leaf, ir.FloatIsNan):
+            o = self.load(leaf.source)
+            return f"trt_float_isnan({o}, &ok)"
         if leaf.tensor not in self.meta:
             # A tensor Dynamo reasons about without a tensor guard (a view's
             # `_base`): read the property, failing the guard if it is absent.

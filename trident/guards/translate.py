@@ -124,6 +124,8 @@ class SourceConverter:
             return ir.TypeOf(self(src.base))
         if cls == "CallFunctionNoArgsSource":
             return ir.CallNoArgs(self(src.base))
+        if cls == "CallMethodItemSource":  # `t.item()`, called when the guards run
+            return ir.CallNoArgs(ir.Attr(self(src.base), "item"))
         if (cls == "ConstDictKeySource" and type(src.index) is int
                 and src.index >= 0):
             return ir.DictEntryAt(self(src.base), src.index)
@@ -492,6 +494,11 @@ def _expr(node, mapping, conv, text) -> ir.SymExpr:
             for p in parts[1:]:
                 acc = ir.BinOp("and", acc, p)
             return acc
+    if (isinstance(node, ast.Call) and ast.unparse(node.func) == "math.isnan"
+            and len(node.args) == 1 and not node.keywords
+            and isinstance(node.args[0], ast.Name) and node.args[0].id in mapping):
+        # Dynamo's NaN specialization of a float symbol (a 0-d tensor's `.item()`)
+        return ir.SymLeaf(ir.FloatIsNan(conv(mapping[node.args[0].id])))
     if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
             and node.func.id in ("max", "min", "abs") and not node.keywords):
         if node.func.id == "abs" and len(node.args) == 1:

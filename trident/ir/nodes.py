@@ -161,7 +161,18 @@ class PyInt:
         return f"int({self.source})"
 
 
-IntLeaf = Union[TensorSize, TensorStride, TensorOffset, PyInt]
+@dataclass(frozen=True)
+class FloatIsNan:
+    """1 if the value at `source` is a float NaN, 0 if another float; anything else fails
+    the guard (Dynamo's `math.isnan` over a float symbol: `not math.isnan(L['y'].item())`)."""
+
+    source: Source
+
+    def __str__(self) -> str:
+        return f"isnan({self.source})"
+
+
+IntLeaf = Union[TensorSize, TensorStride, TensorOffset, PyInt, FloatIsNan]
 
 # ---------------------------------------------------- symbolic expressions
 

@@ -140,6 +140,16 @@ static inline int trt_equals(PyObject *o, PyObject *type, PyObject *value) {
   return r;
 }
 
+/* Dynamo's `math.isnan(x)` over a float symbol: 1 or 0 for a float, a failed guard (ok = 0)
+   for anything else (or a source that could not be read). */
+static inline int64_t trt_float_isnan(PyObject *o, int *ok) {
+  if (!o || !PyFloat_CheckExact(o)) {
+    *ok = 0;
+    return 0;
+  }
+  return isnan(PyFloat_AS_DOUBLE(o)) ? 1 : 0;
+}
+
 static inline int trt_len_is(PyObject *o, PyObject *type, Py_ssize_t n) {
   if (!o || (PyObject *)Py_TYPE(o) != type) return 0;
   Py_ssize_t k = PyObject_Length(o);
