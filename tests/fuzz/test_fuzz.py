@@ -1056,6 +1056,14 @@ class Mismatch(AssertionError):
 
 
 # Write each fallback's reason and a reproducer there (to study what falls back).
+def _message(exc: BaseException) -> str:
+    """An exception's message without the C++ backtrace c10 appends to some ("Exception raised
+    from ... (most recent call first): frame #0 ..."): its frames name the native callers, which
+    differ between an eager call and one Dynamo runs (seed 1917: `torch.ones(s + 1)` with
+    s = 2**63, the same TypeError in both, frames #34-36 only under trident)."""
+    return re.split(r"\nException raised from ", str(exc), maxsplit=1)[0]
+
+
 FALLBACK_LOG = os.environ.get("TRIDENT_FUZZ_FALLBACK_LOG")
 STRICT_STRIDES = os.environ.get("TRIDENT_FUZZ_STRICT_STRIDES") == "1"
 STRICT_VERSIONS = os.environ.get("TRIDENT_FUZZ_STRICT_VERSIONS") == "1"
@@ -1390,7 +1398,7 @@ def run_example(p: Program, plan: list[CallSpec], stats: FuzzStats, keep_going=N
                 if exc_j is None:
                     raise Mismatch(f"eager raised {type(exc_e).__name__}: {exc_e}; "
                                    f"trident returned {out_j!r:.300}")
-                if type(exc_j) is not type(exc_e) or str(exc_j) != str(exc_e):
+                if type(exc_j) is not type(exc_e) or _message(exc_j) != _message(exc_e):
                     raise Mismatch(f"eager raised {type(exc_e).__name__}: {exc_e}\n"
                                    f"trident raised {type(exc_j).__name__}: {exc_j}")
             else:
