@@ -24,6 +24,8 @@ KNOBS = {
     for k in (
         Knob("TRIDENT_CACHE_DIR", "", "Where built runtimes and SCMs are kept "
              "(default: ~/.cache/trident)."),
+        Knob("TRIDENT_CACHE_MAX_MB", "1024", "Size limit of the build cache in MiB: beyond it "
+             "the least recently used builds are evicted (0: no limit; see docs/cache.md)."),
         Knob("TRIDENT_DUMP_DIR", "", "If set, every capture writes its ATen graph, "
              "guards, host IR and C source there."),
         Knob("TRIDENT_CC", "", "C compiler for SCMs (default: $CC, then cc)."),
@@ -61,6 +63,10 @@ def _get(name: str) -> str:
 def cache_dir() -> Path:
     d = _get("TRIDENT_CACHE_DIR")
     return Path(d) if d else Path.home() / ".cache" / "trident"
+
+
+def cache_max_mb() -> float:
+    return float(_get("TRIDENT_CACHE_MAX_MB") or 0)
 
 
 def dump_dir() -> Path | None:

@@ -220,7 +220,9 @@ class SCM:
         self.versions = versions
         self._units = units
         self.c_source = src.text()
-        self.so_path = so
+        old_so, self.so_path = self.so_path, so
+        if old_so is not None and old_so != so:  # superseded: this process keeps its mapping
+            build.discard_scm(old_so)
         self.stats.build_paths.append(str(so))
         _dump_text(f"{self.fn.__qualname__}.scm.c", self.c_source)
 

@@ -1,28 +1,45 @@
 """Compile C/C++ into objects and shared objects, cached by content hash.
 
 Each build lives in `<cache>/<kind>/<hash>/` holding the source, the exact
-command (`cmd.txt`), the compiler's output (`build.log`) and the product (a
-`.o` or `.so`), so a build can be inspected and rerun by hand.  The hash
-covers the source text, the command and the versions of Python and torch, so
-a change of any of them builds anew.
+command (`cmd.txt`), the compiler's output (`build.log`), the product (a
+`.o` or `.so`) and `manifest.json` (the product's SHA-256 and size), so a
+build can be inspected and rerun by hand.  The hash covers the source text,
+the command and the versions of Python and torch, so a change of any of
+them builds anew.
 
 An SCM is built in two steps: each version's unit is compiled to an object
 in `obj/<hash>/` (reused while its text is unchanged, which is always for
 the versions a rebuild keeps), then the small dispatcher unit is compiled
 and linked with those objects into `scm/<hash>/scm.so`.
+
+Loading a cached `.so` runs its constructors in this process, so the cache
+is trusted only as far as docs/cache.md says: its root and kind folders
+must be ours and writable by no one else (else a private temporary cache
+is used), every folder is made 0700, and a product is returned only after
+it matches the digest its build recorded (else it is built again).  The
+cache is kept under TRIDENT_CACHE_MAX_MB by evicting the least recently
+used builds.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import hashlib
 import importlib.util
+import json
 import os
+import secrets
 import shlex
+import shutil
+import stat
 import subprocess
 import sys
 import sysconfig
 import tempfile
 import threading
+import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,8 +47,24 @@ from .. import config
 from ..errors import BuildError
 
 RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
+KINDS = ("obj", "runtime", "scm")
+MANIFEST = "manifest.json"
+# A temporary folder (`.<hash>-*`) older than this was left by a killed build.
+STALE_SECONDS = 3600
 _lock = threading.Lock()
 _runtime = None
+
+# Per process: configured root -> the root used (itself, or a private temporary one).
+_roots: dict[Path, Path] = {}
+# Product -> (device, inode, size, mtime, ctime, SHA-256) when its digest last matched: a
+# product unchanged since then is not hashed again in this process.
+_verified: dict[Path, tuple] = {}
+# Build folders this process returned a product of (or is building): never evicted.
+_in_use: set[Path] = set()
+_warned: set[Path] = set()
+# Root -> its total size in bytes as of its last scan, plus what this process built since.
+_sizes: dict[Path, int] = {}
+_state = threading.RLock()
 
 
 def _python_include() -> str:
@@ -46,31 +79,244 @@ def _digest(*parts: str) -> str:
     return h.hexdigest()[:20]
 
 
+# -- the cache root --------------------------------------------------------------------------
+
+
+def cache_root() -> Path:
+    """The root every build goes under: `config.cache_dir()` if it is a folder of ours that no
+    one else can write to (and so are its kind folders that exist), else a private temporary
+    folder for the rest of the process, with one RuntimeWarning saying why.  Checked once per
+    process (per configured folder); that first use also trims the cache to its size limit."""
+    want = config.cache_dir()
+    with _state:
+        root = _roots.get(want)
+        if root is None:
+            root = _roots[want] = _trusted_root(want)
+            trim_cache(root)
+        return root
+
+
+def _trusted_root(root: Path) -> Path:
+    try:
+        _make_dir(root)
+        problem = _untrusted_dir(root) or next(
+            (p for k in KINDS if (root / k).exists() and (p := _untrusted_dir(root / k))), None)
+    except OSError as e:
+        problem = f"{root} cannot be used ({type(e).__name__}: {e})"
+    if problem is None:
+        return root
+    private = Path(tempfile.mkdtemp(prefix="trident-cache-"))  # 0700, ours
+    atexit.register(shutil.rmtree, private, True)
+    warnings.warn(f"trident: not loading builds from the cache {root}: {problem}; this process "
+                  f"builds in the private temporary folder {private} instead "
+                  "(see docs/cache.md)", RuntimeWarning, stacklevel=3)
+    return private
+
+
+def _untrusted_dir(path: Path) -> str | None:
+    """Why `path` may hold files someone else put there, or None."""
+    st = os.stat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a folder"
+    return _not_ours(path, st)
+
+
+def _not_ours(path: Path, st: os.stat_result) -> str | None:
+    if st.st_uid != os.getuid():
+        return f"{path} is owned by uid {st.st_uid}, not by this user (uid {os.getuid()})"
+    if st.st_mode & 0o022:
+        return (f"{path} is writable by group or others "
+                f"(mode {stat.S_IMODE(st.st_mode):04o})")
+    return None
+
+
+def _make_dir(path: Path) -> None:
+    """Create `path` 0700 (whatever the umask) unless it exists.  Missing folders above the
+    cache root get the umask's mode."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        return
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            return
+    os.chmod(path, 0o700)
+
+
+# -- verifying a product ----------------------------------------------------------------------
+
+
+def _sha256(fd: int) -> str:
+    h = hashlib.sha256()
+    while chunk := os.read(fd, 1 << 20):
+        h.update(chunk)
+    return h.hexdigest()
+
+
+def _problem(out_dir: Path, product: Path) -> str | None:
+    """Why `product` in the build folder `out_dir` must not be used, or None: it must be a
+    regular file of ours, in a folder of ours, whose size and SHA-256 are the ones its
+    manifest (also ours) records.  A product unchanged (same inode, size, mtime and ctime)
+    since it last matched in this process is not hashed again."""
+    try:
+        st = os.lstat(out_dir)
+        if not stat.S_ISDIR(st.st_mode):
+            return "it is not a folder"
+        if why := _not_ours(out_dir, st):
+            return why
+        raw = _read_own(out_dir / MANIFEST)
+        if raw is None:
+            return f"{MANIFEST} is missing (a build from before manifests, or a planted one)"
+        try:
+            manifest = json.loads(raw)
+            want = (manifest["product"], int(manifest["size"]), str(manifest["sha256"]))
+        except (ValueError, KeyError, TypeError) as e:
+            return f"{MANIFEST} is garbled ({type(e).__name__})"
+        if want[0] != product.name:
+            return f"{MANIFEST} describes {want[0]!r}, not {product.name}"
+        try:
+            fd = os.open(product, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return f"{product.name} is missing"
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return f"{product.name} is not a regular file"
+            if st.st_uid != os.getuid():
+                return f"{product.name} is owned by uid {st.st_uid}"
+            if st.st_size != want[1]:
+                return f"{product.name} has {st.st_size} bytes, its manifest says {want[1]}"
+            key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, want[2])
+            if _verified.get(product) == key:
+                return None
+            if _sha256(fd) != want[2]:
+                return f"the SHA-256 of {product.name} is not the one its manifest records"
+        finally:
+            os.close(fd)
+    except OSError as e:  # a symlink (O_NOFOLLOW), a folder we cannot read, ...
+        return f"it cannot be checked ({type(e).__name__}: {e})"
+    _verified[product] = key
+    return None
+
+
+def _read_own(path: Path) -> bytes | None:
+    """The bytes of `path`, a regular file of ours (OSError if it is not); None if missing."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+            raise OSError(f"{path} is not a regular file of this user")
+        return f.read()
+
+
+def _discard(folder: Path) -> bool:
+    """Remove a build folder: first one rename aside (no process sees it half removed), then
+    delete.  False if it was not there (or could not be moved)."""
+    aside = folder.with_name(f".{folder.name}-old-{secrets.token_hex(4)}")
+    try:
+        os.rename(folder, aside)
+    except OSError:
+        return False
+    _remove(aside)
+    with _state:
+        for p in [p for p in list(_verified) if p.parent == folder]:
+            del _verified[p]
+    return True
+
+
+def _remove(path: str | Path) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def discard_scm(so) -> None:
+    """Remove the build folder `scm/<hash>/` of a superseded SCM whose shared object is `so`.
+    A process that has it loaded keeps its mapping; one that needs it later builds it again.
+    Nothing happens for a path outside this cache's `scm/` folder or a folder already gone."""
+    folder = Path(so).parent
+    if folder.parent != cache_root() / "scm":
+        return
+    with _state:
+        _in_use.discard(folder)
+    _discard(folder)
+
+
+def _warn_rebuilt(out_dir: Path, why: str) -> None:
+    with _state:
+        if out_dir in _warned:
+            return
+        _warned.add(out_dir)
+    warnings.warn(f"trident: rebuilt {out_dir}: {why}", RuntimeWarning, stacklevel=4)
+
+
+# -- building ---------------------------------------------------------------------------------
+
+
 def _build(kind: str, files: dict, cmd_for, what: str, suffix: str = ".so") -> tuple[Path, bool]:
     """Build `files` ({name: text}; the first is compiled with the others
     beside it) unless a build with the same hash exists.  Returns the
-    product (named after the first file, with `suffix`) and whether this
-    call compiled it."""
+    product (named after the first file, with `suffix`), verified as
+    `_problem` says, and whether this call compiled it.  A cached build that
+    fails verification is moved aside and built again, with one warning."""
     import torch
 
     source_name = next(iter(files))
     tag = _digest(*files.values(), " ".join(cmd_for(["SRC"], "OUT")), sys.version,
                   torch.__version__)
-    out_dir = config.cache_dir() / kind / tag
-    so = out_dir / (Path(source_name).stem + suffix)
-    if so.exists():
-        return so, False
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    # Build in a private directory, then rename: concurrent processes never
-    # see (or load) a half-written .so.
-    tmp = Path(tempfile.mkdtemp(prefix=f".{tag}-", dir=out_dir.parent))
-    for name, text in files.items():
-        (tmp / name).write_text(text)
-    tmp_so = tmp / so.name
-    cmd = cmd_for([str(tmp / n) for n in files if n.endswith((".c", ".cpp"))], str(tmp_so))
+    kind_dir = cache_root() / kind
+    out_dir = kind_dir / tag
+    product = out_dir / (Path(source_name).stem + suffix)
+    with _state:
+        _in_use.add(out_dir)
+    for _ in range(3):
+        if os.path.lexists(out_dir):
+            why = _problem(out_dir, product)
+            if why is None:
+                _touch(out_dir / MANIFEST)
+                return product, False
+            _warn_rebuilt(out_dir, why)
+            _discard(out_dir)
+        _make_dir(kind_dir)
+        tmp, key = _compile(kind_dir, tag, files, cmd_for, what, product.name)
+        try:
+            # Build in a private folder, then rename: concurrent processes never see (or
+            # load) a half-written product.
+            os.rename(tmp, out_dir)
+        except OSError:  # another process (or thread) renamed its build there first
+            shutil.rmtree(tmp, ignore_errors=True)
+            continue  # use the winner's build if it verifies
+        _fsync_dir(kind_dir)
+        _verified[product] = key
+        _grew(kind_dir.parent, out_dir)
+        return product, True
+    # Three builds lost the race to builds that failed verification: use a fresh one from
+    # its private folder (a stale `.`-folder, removed an hour from now).
+    tmp, key = _compile(kind_dir, tag, files, cmd_for, what, product.name)
+    _verified[tmp / product.name] = key
+    return tmp / product.name, True
+
+
+def _compile(kind_dir: Path, tag: str, files: dict, cmd_for, what: str,
+             name: str) -> tuple[Path, tuple]:
+    """Compile in a new private folder `.<tag>-*` of `kind_dir`; write the product's manifest
+    there; fsync both.  Returns the folder and the product's `_verified` key."""
+    _remove_stale(kind_dir)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{tag}-", dir=kind_dir))
+    for n, text in files.items():
+        (tmp / n).write_text(text)
+    cmd = cmd_for([str(tmp / n) for n in files if n.endswith((".c", ".cpp"))], str(tmp / name))
     (tmp / "cmd.txt").write_text(shlex.join(cmd) + "\n")
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, check=False)
     except OSError as e:  # no such compiler
         raise BuildError(what, cmd, f"{type(e).__name__}: {e}") from e
     log = proc.stdout + proc.stderr
@@ -78,11 +324,115 @@ def _build(kind: str, files: dict, cmd_for, what: str, suffix: str = ".so") -> t
     if proc.returncode != 0:
         raise BuildError(what, cmd, log)
     try:
-        os.rename(tmp, out_dir)
+        fd = os.open(tmp / name, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        raise BuildError(what, cmd, log + f"\n(the compiler wrote no {name})") from None
+    try:
+        os.fsync(fd)
+        st = os.fstat(fd)
+        sha = _sha256(fd)
+    finally:
+        os.close(fd)
+    text = json.dumps({"product": name, "size": st.st_size, "sha256": sha}) + "\n"
+    part = tmp / f".{MANIFEST}.part"
+    with open(part, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(part, tmp / MANIFEST)
+    _fsync_dir(tmp)
+    return tmp, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, sha)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _touch(path: Path) -> None:
+    """Mark a build as used now (eviction removes the least recently used first)."""
+    with contextlib.suppress(OSError):
+        os.utime(path)
+
+
+def _remove_stale(kind_dir: Path) -> None:
+    """Remove the temporary folders (`.<hash>-*`) that killed builds or removals left."""
+    old = time.time() - STALE_SECONDS
+    try:
+        entries = [e for e in os.scandir(kind_dir) if e.name.startswith(".")]
     except OSError:
-        if not so.exists():  # another process won the race with a good build
-            raise
-    return so, True
+        return
+    for e in entries:
+        with contextlib.suppress(OSError):
+            if e.stat(follow_symlinks=False).st_mtime < old:
+                _remove(e.path)
+
+
+def _grew(root: Path, out_dir: Path) -> None:
+    """Count a new build; scan and trim the cache only once the count passes the limit."""
+    try:
+        size = sum(f.stat(follow_symlinks=False).st_size for f in os.scandir(out_dir))
+    except OSError:
+        return
+    with _state:
+        total = _sizes[root] = _sizes.get(root, 0) + size
+    limit = config.cache_max_mb()
+    if limit > 0 and total > limit * 2**20:
+        trim_cache(root)
+
+
+def trim_cache(root: Path | None = None) -> None:
+    """Evict the least recently used build folders (by their manifest's mtime, which each use
+    touches) until the cache's total size is within TRIDENT_CACHE_MAX_MB; never a build this
+    process uses (the runtime, every product it returned).  Runs at a process's first use of
+    the cache (a scan: about 40 us per build folder) and when what this process built since
+    takes the cache past the limit."""
+    limit = config.cache_max_mb()
+    if limit <= 0:
+        return
+    root = cache_root() if root is None else root
+    budget = limit * 2**20
+    total, folders = 0, []
+    for kind in KINDS:
+        try:
+            entries = list(os.scandir(root / kind))
+        except OSError:
+            continue
+        for e in entries:
+            if e.name.startswith(".") or not e.is_dir(follow_symlinks=False):
+                continue
+            size, used = _usage(e)
+            total += size
+            folders.append((used, size, Path(e.path)))
+    if total > budget:
+        with _state:
+            keep = set(_in_use)
+        for _, size, path in sorted(folders):
+            if total <= budget:
+                break
+            if path not in keep and _discard(path):
+                total -= size
+    with _state:
+        _sizes[root] = total
+
+
+def _usage(folder: os.DirEntry) -> tuple[int, float]:
+    """A build folder's size in bytes and when it was last used."""
+    size, used = 0, None
+    try:
+        for f in os.scandir(folder.path):
+            st = f.stat(follow_symlinks=False)
+            size += st.st_size
+            if f.name == MANIFEST:
+                used = st.st_mtime
+        if used is None:
+            used = folder.stat(follow_symlinks=False).st_mtime
+    except OSError:
+        used = 0.0 if used is None else used
+    return size, used
 
 
 def runtime_module():
