@@ -111,6 +111,11 @@ class SCM:
             self._signature.bind(*args, **kwargs)
         except TypeError:
             return self.fn(*args, **kwargs)  # raises eager's own TypeError
+        nlocals = _native_locals(self.fn.__code__)
+        if nlocals > self.rt.MAX_LOCALS:
+            return self._fall_back(f"the function has {nlocals} parameters and free variables; "
+                                   f"the native binder takes at most {self.rt.MAX_LOCALS}",
+                                   args, kwargs)
         if torch._C._len_torch_function_stack():
             return self._under_mode(args, kwargs, "a torch function mode is active")
         if torch._C._len_torch_dispatch_stack():
@@ -375,6 +380,13 @@ class SCM:
         _dump_text(f"{name}.guards.txt", "\n".join(
             f"{e.guard_type} {e.name}" for e in cap.guard_entries))
         _dump_text(f"{name}.ir.txt", print_version(v))
+
+
+def _native_locals(code) -> int:
+    """How many locals the native binder fills for `code` (trident_rt.cpp's Binder)."""
+    return (code.co_argcount + code.co_kwonlyargcount
+            + bool(code.co_flags & inspect.CO_VARARGS)
+            + bool(code.co_flags & inspect.CO_VARKEYWORDS) + len(code.co_freevars))
 
 
 def _words(snapshot: bytes) -> tuple:

@@ -111,7 +111,7 @@ static getter subtype_dict_getter(void) {
 static PyObject *eb_instdict(trt_envblock *b, PyObject *o) {
   PyTypeObject *tp = Py_TYPE(o);
   PyObject **dp = _PyObject_GetDictPtr(o);
-  if (PyErr_Occurred()) PyErr_Clear();
+  if (PyErr_Occurred()) trt_guard_clear();
   if (!dp || !*dp || !PyDict_CheckExact(*dp)) return NULL;
   if (b) {
     eb_add(b, TRT_ER_CLASS, o, (PyObject *)tp, 0);
@@ -124,7 +124,7 @@ static PyObject *eb_instdict(trt_envblock *b, PyObject *o) {
 PyObject *trt_r_instdict(trt_envblock *b, PyObject *o) {
   if (!o) return NULL;
   PyObject *d = PyObject_GenericGetDict(o, NULL); /* what trt_not_in_dict reads */
-  if (!d) { PyErr_Clear(); return NULL; }
+  if (!d) { trt_guard_clear(); return NULL; }
   if (b && eb_instdict(b, o) != d) b->uncovered = 1;
   return d;
 }
@@ -133,10 +133,10 @@ PyObject *trt_r_global(trt_envblock *b, PyObject *globals, PyObject *builtins, P
   trt_r_dict(b, globals);
   PyObject *v = PyDict_GetItemWithError(globals, name);
   if (!v) {
-    if (PyErr_Occurred()) { PyErr_Clear(); return NULL; }
+    if (PyErr_Occurred()) { trt_guard_clear(); return NULL; }
     trt_r_dict(b, builtins);
     v = PyDict_GetItemWithError(builtins, name);
-    if (!v) { PyErr_Clear(); return NULL; }
+    if (!v) { trt_guard_clear(); return NULL; }
   }
   Py_INCREF(v);
   return v;
@@ -145,7 +145,7 @@ PyObject *trt_r_global(trt_envblock *b, PyObject *globals, PyObject *builtins, P
 static PyObject *eb_dict_get(PyObject *d, PyObject *name) {
   PyObject *v = PyDict_GetItemWithError(d, name);
   if (!v) {
-    if (PyErr_Occurred()) PyErr_Clear();
+    if (PyErr_Occurred()) trt_guard_clear();
     return NULL;
   }
   Py_INCREF(v);
@@ -176,7 +176,7 @@ static PyObject *eb_attr_covered(trt_envblock *b, PyObject *o, PyObject *name) {
       return d;  /* a class never replaces its dict */
 #else
       PyObject *d = PyType_GetDict((PyTypeObject *)o);
-      if (!d) PyErr_Clear();
+      if (!d) trt_guard_clear();
       return d;
 #endif
     }
@@ -209,7 +209,7 @@ static PyObject *eb_attr_covered(trt_envblock *b, PyObject *o, PyObject *name) {
   } else if (b) {
     eb_add(b, TRT_ER_CLASS, o, (PyObject *)tp, 0);
     PyObject **dp = _PyObject_GetDictPtr(o);
-    if (PyErr_Occurred()) PyErr_Clear();
+    if (PyErr_Occurred()) trt_guard_clear();
     if (dp) eb_add(b, TRT_ER_INSTDICT, o, NULL, 0);  /* no dict yet: one made later shows */
   }
   if (!descr || Py_TYPE(descr)->tp_descr_get) return NULL;  /* bound methods are new */
@@ -337,7 +337,7 @@ static int eg_run(const trt_envg_desc *d, const trt_envctx *c, trt_envblock *b,
     case TRT_EG_NOTIN: {
       PyObject *dd = trt_r_instdict(b, v);
       pass = dd && PyDict_Contains(dd, c->N[d->name]) == 0;
-      if (PyErr_Occurred()) { PyErr_Clear(); pass = 0; }
+      if (PyErr_Occurred()) { trt_guard_clear(); pass = 0; }
       Py_XDECREF(dd);
       break;
     }

@@ -4,7 +4,8 @@
  *
  * Source loads return NEW references or NULL (with no Python error left
  * set): a load that fails is a failed guard, i.e. a specialization miss,
- * never an exception.  Integer helpers follow Python's semantics.
+ * never an exception, except KeyboardInterrupt, SystemExit and MemoryError,
+ * which the call raises (trt_guard_clear).  Integer helpers follow Python's semantics.
  */
 #ifndef TRIDENT_SCM_PRELUDE_H
 #define TRIDENT_SCM_PRELUDE_H
@@ -21,6 +22,14 @@
 /* The units of one SCM and their prototypes (no Python.h needed there). */
 #include "scm_dispatch.h"
 
+/* The runtime's api table: each unit sets it in its init (a tentative definition; the
+   unit's own `static const trt_api *api;` is the same object). */
+static const trt_api *api;
+
+/* A guard's read raised: an ordinary exception is a failed guard (cleared); a
+   KeyboardInterrupt, SystemExit or MemoryError reaches the caller (api->guard_error). */
+static inline void trt_guard_clear(void) { api->guard_error(); }
+
 /* Monotonic nanoseconds, for TRIDENT_PROFILE=1 versions only. */
 #include <time.h>
 static inline int64_t trt_now_ns(void) {
@@ -33,9 +42,9 @@ static inline int64_t trt_now_ns(void) {
 static inline PyObject *trt_load_global(PyObject *globals, PyObject *builtins, PyObject *name) {
   PyObject *v = PyDict_GetItemWithError(globals, name);
   if (!v) {
-    if (PyErr_Occurred()) { PyErr_Clear(); return NULL; }
+    if (PyErr_Occurred()) { trt_guard_clear(); return NULL; }
     v = PyDict_GetItemWithError(builtins, name);
-    if (!v) { PyErr_Clear(); return NULL; }
+    if (!v) { trt_guard_clear(); return NULL; }
   }
   Py_INCREF(v);
   return v;
@@ -50,10 +59,10 @@ static inline PyObject *trt_getattr(PyObject *o, PyObject *name) {
     PyObject *d = PyModule_GetDict(o);
     PyObject *v = d ? PyDict_GetItemWithError(d, name) : NULL;
     if (v) { Py_INCREF(v); return v; }
-    if (PyErr_Occurred()) PyErr_Clear();
+    if (PyErr_Occurred()) trt_guard_clear();
   }
   PyObject *v = PyObject_GetAttr(o, name);
-  if (!v) PyErr_Clear();
+  if (!v) trt_guard_clear();
   return v;
 }
 
@@ -73,10 +82,10 @@ static inline PyObject *trt_getitem_int(PyObject *o, Py_ssize_t i) {
     return v;
   }
   PyObject *k = PyLong_FromSsize_t(i);
-  if (!k) { PyErr_Clear(); return NULL; }
+  if (!k) { trt_guard_clear(); return NULL; }
   v = PyObject_GetItem(o, k);
   Py_DECREF(k);
-  if (!v) PyErr_Clear();
+  if (!v) trt_guard_clear();
   return v;
 }
 
@@ -85,12 +94,12 @@ static inline PyObject *trt_getitem_obj(PyObject *o, PyObject *key) {
   PyObject *v;
   if (PyDict_CheckExact(o)) {
     v = PyDict_GetItemWithError(o, key);
-    if (!v) { PyErr_Clear(); return NULL; }
+    if (!v) { trt_guard_clear(); return NULL; }
     Py_INCREF(v);
     return v;
   }
   v = PyObject_GetItem(o, key);
-  if (!v) PyErr_Clear();
+  if (!v) trt_guard_clear();
   return v;
 }
 
@@ -101,7 +110,7 @@ static inline PyObject *trt_getitem_obj(PyObject *o, PyObject *key) {
 static inline int trt_set_equals(PyObject *o, PyObject *value) {
   if (PySet_GET_SIZE(o) != PySet_GET_SIZE(value)) return 0;
   PyObject *it = PyObject_GetIter(o);
-  if (!it) { PyErr_Clear(); return 0; }
+  if (!it) { trt_guard_clear(); return 0; }
   PyObject *e;
   int ok = 1;
   while (ok && (e = PyIter_Next(it))) {
@@ -114,7 +123,7 @@ static inline int trt_set_equals(PyObject *o, PyObject *value) {
     Py_DECREF(e);
   }
   Py_DECREF(it);
-  if (PyErr_Occurred()) { PyErr_Clear(); return 0; }
+  if (PyErr_Occurred()) { trt_guard_clear(); return 0; }
   return ok;
 }
 
@@ -136,7 +145,7 @@ static inline int trt_equals(PyObject *o, PyObject *type, PyObject *value) {
     return a == b && signbit(a) == signbit(b);
   }
   int r = PyObject_RichCompareBool(o, value, Py_EQ);
-  if (r < 0) { PyErr_Clear(); return 0; }
+  if (r < 0) { trt_guard_clear(); return 0; }
   return r;
 }
 
@@ -153,7 +162,7 @@ static inline int64_t trt_float_isnan(PyObject *o, int *ok) {
 static inline int trt_len_is(PyObject *o, PyObject *type, Py_ssize_t n) {
   if (!o || (PyObject *)Py_TYPE(o) != type) return 0;
   Py_ssize_t k = PyObject_Length(o);
-  if (k < 0) { PyErr_Clear(); return 0; }
+  if (k < 0) { trt_guard_clear(); return 0; }
   return k == n;
 }
 
@@ -164,7 +173,7 @@ static inline int trt_dict_keys(PyObject *o, PyObject *keys) {
   PyObject *k, *v;
   while (PyDict_Next(o, &pos, &k, &v)) {
     int r = PyObject_RichCompareBool(k, PyTuple_GET_ITEM(keys, i++), Py_EQ);
-    if (r != 1) { if (r < 0) PyErr_Clear(); return 0; }
+    if (r != 1) { if (r < 0) trt_guard_clear(); return 0; }
   }
   return 1;
 }
@@ -172,10 +181,10 @@ static inline int trt_dict_keys(PyObject *o, PyObject *keys) {
 static inline int trt_not_in_dict(PyObject *o, PyObject *name) {
   if (!o) return 0;
   PyObject *d = PyObject_GenericGetDict(o, NULL);
-  if (!d) { PyErr_Clear(); return 0; }
+  if (!d) { trt_guard_clear(); return 0; }
   int r = PyDict_Contains(d, name);
   Py_DECREF(d);
-  if (r < 0) { PyErr_Clear(); return 0; }
+  if (r < 0) { trt_guard_clear(); return 0; }
   return r == 0;
 }
 
@@ -186,7 +195,7 @@ static inline int trt_has_attr(PyObject *o, PyObject *name) {
   PyObject *v = PyObject_GetAttr(o, name);
   if (v) { Py_DECREF(v); return 1; }
   int absent = PyErr_ExceptionMatches(PyExc_AttributeError);
-  PyErr_Clear();
+  trt_guard_clear();
   return absent ? 0 : -1;
 }
 
@@ -194,7 +203,7 @@ static inline int trt_has_attr(PyObject *o, PyObject *name) {
 static inline int trt_call_check(PyObject *o, PyObject *fn, PyObject *arg) {
   if (!o) return 0;
   PyObject *r = PyObject_CallFunctionObjArgs(fn, o, arg, NULL);
-  if (!r) { PyErr_Clear(); return 0; }
+  if (!r) { trt_guard_clear(); return 0; }
   int ok = r == Py_True;
   Py_DECREF(r);
   return ok;
@@ -205,14 +214,14 @@ static inline int trt_call_check(PyObject *o, PyObject *fn, PyObject *arg) {
 static inline int trt_dict_has(PyObject *o, PyObject *key) {
   if (!o || !PyDict_Check(o)) return -1;
   int r = PyDict_Contains(o, key);
-  if (r < 0) PyErr_Clear();
+  if (r < 0) trt_guard_clear();
   return r;
 }
 
 static inline int trt_set_has(PyObject *o, PyObject *key) {
   if (!o || !PyAnySet_Check(o)) return -1;
   int r = PySet_Contains(o, key);
-  if (r < 0) PyErr_Clear();
+  if (r < 0) trt_guard_clear();
   return r;
 }
 
@@ -237,7 +246,7 @@ static inline PyObject *trt_dict_entry_at(PyObject *d, Py_ssize_t i, int value) 
 static inline PyObject *trt_call_noargs(PyObject *o) {
   if (!o) return NULL;
   PyObject *r = PyObject_CallNoArgs(o);
-  if (!r) PyErr_Clear();
+  if (!r) trt_guard_clear();
   return r;
 }
 
@@ -248,21 +257,21 @@ static inline int trt_logger_quiet(PyObject *lg, PyObject *n_disabled, PyObject 
                                    PyObject *n_enabled, PyObject *level) {
   if (!lg) return 0;
   PyObject *d = PyObject_GetAttr(lg, n_disabled);
-  if (!d) { PyErr_Clear(); return 0; }
+  if (!d) { trt_guard_clear(); return 0; }
   int dis = PyObject_IsTrue(d);
   Py_DECREF(d);
-  if (dis < 0) { PyErr_Clear(); return 0; }
+  if (dis < 0) { trt_guard_clear(); return 0; }
   if (dis) return 1;
   PyObject *c = PyObject_GetAttr(lg, n_cache);
-  if (!c) { PyErr_Clear(); return 0; }
+  if (!c) { trt_guard_clear(); return 0; }
   int quiet = 0;
   PyObject *v = PyDict_Check(c) ? PyDict_GetItemWithError(c, level) : NULL;
   if (v) {
     quiet = v == Py_False;
   } else {
-    if (PyErr_Occurred()) PyErr_Clear();
+    if (PyErr_Occurred()) trt_guard_clear();
     PyObject *r = PyObject_CallMethodOneArg(lg, n_enabled, level);
-    if (r) { quiet = r == Py_False; Py_DECREF(r); } else { PyErr_Clear(); }
+    if (r) { quiet = r == Py_False; Py_DECREF(r); } else { trt_guard_clear(); }
   }
   Py_DECREF(c);
   return quiet;
@@ -273,7 +282,7 @@ static inline int64_t trt_pyint(PyObject *o, int *ok) {
   if (!o || !PyLong_CheckExact(o)) { *ok = 0; return 0; }
   int overflow = 0;
   long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-  if (overflow || (v == -1 && PyErr_Occurred())) { PyErr_Clear(); *ok = 0; return 0; }
+  if (overflow || (v == -1 && PyErr_Occurred())) { trt_guard_clear(); *ok = 0; return 0; }
   return (int64_t)v;
 }
 
@@ -342,7 +351,7 @@ static inline PyObject *trt_attr_dict(PyObject *o, PyObject *name) {
   if (o && PyType_Check(o)) {
     PyObject *d = PyType_GetDict((PyTypeObject *)o);
     if (d) return d;
-    PyErr_Clear();
+    trt_guard_clear();
   }
 #endif
   return trt_getattr(o, name);
@@ -353,7 +362,7 @@ static inline PyObject *trt_attr_dict(PyObject *o, PyObject *name) {
 static inline PyObject *trt_generic_getattr(PyObject *o, PyObject *name) {
   if (!o) return NULL;
   PyObject *v = PyObject_GenericGetAttr(o, name);
-  if (!v) PyErr_Clear();
+  if (!v) trt_guard_clear();
   return v;
 }
 

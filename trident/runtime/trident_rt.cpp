@@ -297,6 +297,7 @@ struct trt_op {
   std::vector<int32_t> outs;
   std::string name;
   FastFn fast = nullptr;
+  bool fast_nogil = false;  // the fast path computes: it runs without the GIL
   bool below = false;  // TRT_OP_BELOW_AUTOGRAD
   explicit trt_op(c10::OperatorHandle h) : handle(std::move(h)) {}
 };
@@ -328,7 +329,13 @@ ElemKind list_elem_kind(const c10::TypePtr& ty) {
 }
 
 bool boxed_only();
-FastFn find_fast(const c10::FunctionSchema& schema);
+struct FastEntry {
+  const char* name;
+  const char* overload;
+  FastFn fn;
+  bool metadata = false;  // a view, a size or an allocation: runs with the GIL held
+};
+const FastEntry* find_fast(const c10::FunctionSchema& schema);
 
 trt_op* op_new(const char* name, const char* overload, int32_t nargs, const trt_arg* args,
                int32_t nouts, const int32_t* outs, int32_t flags) {
@@ -387,7 +394,12 @@ trt_op* op_new(const char* name, const char* overload, int32_t nargs, const trt_
     op->args.push_back(std::move(e));
   }
   op->outs.assign(outs, outs + nouts);
-  if (nouts == 1 && !boxed_only()) op->fast = find_fast(schema);
+  if (nouts == 1 && !boxed_only()) {
+    if (const FastEntry* e = find_fast(schema)) {
+      op->fast = e->fn;
+      op->fast_nogil = !e->metadata;
+    }
+  }
   return op.release();
   END_HANDLE_TH_ERRORS_RET(nullptr)
 }
@@ -912,34 +924,30 @@ bool fast_clone(const trt_op* op, trt_frame* f) {
 #define TRT_BINARY(name, ov) \
   {"aten::" #name, #ov, fast_binary<at::_ops::name##_##ov::call>}
 
-struct FastEntry {
-  const char* name;
-  const char* overload;
-  FastFn fn;
-};
 
 const FastEntry kFast[] = {
     TRT_UNARY(relu), TRT_UNARY(neg), TRT_UNARY(exp), TRT_UNARY(sigmoid), TRT_UNARY(tanh),
-    TRT_UNARY(rsqrt), TRT_UNARY(sqrt), TRT_UNARY(sin), TRT_UNARY(cos), TRT_UNARY(t),
+    TRT_UNARY(rsqrt), TRT_UNARY(sqrt), TRT_UNARY(sin), TRT_UNARY(cos),
+    {"aten::t", "", fast_unary<at::_ops::t::call>, true},
     TRT_BINARY(mul, Tensor), TRT_BINARY(div, Tensor),
     {"aten::mm", "", fast_binary<at::_ops::mm::call>},
-    {"aten::empty_like", "", fast_empty_like},
-    {"aten::sym_numel", "", fast_numel},
-    {"aten::numel", "", fast_numel},
-    {"aten::empty", "memory_format", fast_empty},
+    {"aten::empty_like", "", fast_empty_like, true},
+    {"aten::sym_numel", "", fast_numel, true},
+    {"aten::numel", "", fast_numel, true},
+    {"aten::empty", "memory_format", fast_empty, true},
     {"aten::add", "Tensor", fast_binary_alpha<at::_ops::add_Tensor::call>},
     {"aten::sub", "Tensor", fast_binary_alpha<at::_ops::sub_Tensor::call>},
     {"aten::bmm", "", fast_binary<at::_ops::bmm::call>},
     TRT_UNARY(silu),
-    {"aten::view", "", fast_sized<at::_ops::view::call>},
-    {"aten::_unsafe_view", "", fast_sized<at::_ops::_unsafe_view::call>},
-    {"aten::expand", "", fast_expand},
-    {"aten::permute", "", fast_permute},
-    {"aten::unsqueeze", "", fast_tensor_int<at::_ops::unsqueeze::call>},
-    {"aten::squeeze", "dim", fast_tensor_int<at::_ops::squeeze_dim::call>},
-    {"aten::transpose", "int", fast_transpose},
-    {"aten::select", "int", fast_select},
-    {"aten::slice", "Tensor", fast_slice},
+    {"aten::view", "", fast_sized<at::_ops::view::call>, true},
+    {"aten::_unsafe_view", "", fast_sized<at::_ops::_unsafe_view::call>, true},
+    {"aten::expand", "", fast_expand, true},
+    {"aten::permute", "", fast_permute, true},
+    {"aten::unsqueeze", "", fast_tensor_int<at::_ops::unsqueeze::call>, true},
+    {"aten::squeeze", "dim", fast_tensor_int<at::_ops::squeeze_dim::call>, true},
+    {"aten::transpose", "int", fast_transpose, true},
+    {"aten::select", "int", fast_select, true},
+    {"aten::slice", "Tensor", fast_slice, true},
     {"aten::_to_copy", "", fast_to_copy},
     {"aten::pow", "Tensor_Scalar", fast_tensor_scalar<at::_ops::pow_Tensor_Scalar::call>},
     {"aten::mul", "Scalar", fast_tensor_scalar<at::_ops::mul_Scalar::call>},
@@ -954,9 +962,9 @@ bool boxed_only() {
   return v && v[0] == '1';
 }
 
-FastFn find_fast(const c10::FunctionSchema& schema) {
+const FastEntry* find_fast(const c10::FunctionSchema& schema) {
   for (const auto& e : kFast)
-    if (schema.name() == e.name && schema.overload_name() == e.overload) return e.fn;
+    if (schema.name() == e.name && schema.overload_name() == e.overload) return &e;
   return nullptr;
 }
 
@@ -969,11 +977,26 @@ bool below_autograd(trt_frame* f) {
   return f->below == 1;
 }
 
+// An operator runs without the GIL, as eager's Python bindings run it: another Python thread
+// makes progress meanwhile.  Nothing in the call touches a Python object without taking the
+// GIL itself (a Python kernel, a __torch_dispatch__ subclass and a tensor's last Python
+// reference do), and an exception thrown in the scope takes the GIL back before
+// HANDLE_TH_ERRORS turns it into a Python error.  Views, sizes and allocations (the
+// metadata fast paths) keep it: they take less time than releasing it would.
 int op_call(trt_op* op, trt_frame* f) {
   HANDLE_TH_ERRORS
   std::optional<at::AutoDispatchBelowADInplaceOrView> below;
   if (op->below && below_autograd(f)) below.emplace();
-  if (op->fast && op->fast(op, f)) return TRT_OK;
+  if (op->fast) {
+    bool done;
+    if (op->fast_nogil) {
+      trident::GilRelease nogil;
+      done = op->fast(op, f);
+    } else {
+      done = op->fast(op, f);
+    }
+    if (done) return TRT_OK;
+  }
   CallLevel level;
   std::vector<c10::IValue>& stack = level.stack;
   stack.clear();
@@ -990,7 +1013,10 @@ int op_call(trt_op* op, trt_frame* f) {
     else
       stack.push_back(e.constant);
   }
-  op->handle.callBoxed(&stack);
+  {
+    trident::GilRelease nogil;
+    op->handle.callBoxed(&stack);
+  }
   const size_t n = op->outs.size();
   for (size_t i = 0; i < n && i < stack.size(); ++i) f->slots[op->outs[i]] = std::move(stack[i]);
   return TRT_OK;
@@ -1020,12 +1046,50 @@ void* mode_enter(int32_t mode) {
 
 void mode_exit(void* token) { delete static_cast<ModeToken*>(token); }
 
+// A KeyboardInterrupt, SystemExit or MemoryError a guard's read raised, kept until the
+// call into the SCM returns (function_vectorcall raises it then).  The first one wins.
+struct PendingError {
+  PyObject* type = nullptr;
+  PyObject* value = nullptr;
+  PyObject* tb = nullptr;
+};
+thread_local PendingError pending_error;
+
+void guard_error() {
+  if (!PyErr_Occurred()) return;
+  if (PyErr_ExceptionMatches(PyExc_Exception) && !PyErr_ExceptionMatches(PyExc_MemoryError)) {
+    PyErr_Clear();
+    return;
+  }
+  PyObject *t, *v, *tb;
+  PyErr_Fetch(&t, &v, &tb);
+  PendingError& p = pending_error;
+  if (p.type) {
+    Py_XDECREF(t);
+    Py_XDECREF(v);
+    Py_XDECREF(tb);
+    return;
+  }
+  p.type = t;
+  p.value = v;
+  p.tb = tb;
+}
+
+// Raises the pending guard error, if any: true when it did (the call's result is dropped).
+bool raise_pending_error() {
+  PendingError& p = pending_error;
+  if (!p.type) return false;
+  PyErr_Restore(p.type, p.value, p.tb);
+  p = PendingError{};
+  return true;
+}
+
 const trt_api kApi = {
     TRT_ABI_VERSION, tensor_match,   tensor_meta,    tensor_prop, global_state_snapshot, frame_acquire,
     frame_release,   frame_set_tensor, frame_set_int, frame_set_double,  frame_get_int,
     frame_list_item, frame_to_py,    op_new,         op_free,            op_call,
     trident::launch_new, trident::launch_call, trident::launch_free, trident::launch_select,
-    mode_enter,      mode_exit};
+    mode_enter,      mode_exit,  guard_error};
 
 // ---------------------------------------------------------------- Module ----
 
@@ -1043,10 +1107,13 @@ struct TrtModule {
 void module_dealloc(PyObject* self) {
   auto* m = reinterpret_cast<TrtModule*>(self);
   if (m->free_fn && m->state) m->free_fn(m->state);
-  // The shared object stays mapped: code from it may still be on another
-  // thread's stack only if it holds a reference, but unmapping buys nothing.
   Py_XDECREF(m->consts);
   Py_XDECREF(m->path);
+  // Unmapped once the last reference is gone: every call into the SCM holds one for its
+  // whole duration (function_vectorcall), nothing the SCM made outlives its state (ops,
+  // launches and specs are the runtime's copies, freed above), and it registers no
+  // callback.  Without this, a function recompiled N times keeps N shared objects mapped.
+  if (m->handle) dlclose(m->handle);
   Py_TYPE(self)->tp_free(self);
 }
 
@@ -1119,16 +1186,19 @@ PyObject* load_scm(PyObject*, PyObject* args) {
   auto fr = reinterpret_cast<trt_scm_free_fn>(dlsym(h, "trident_scm_free"));
   if (!init || !call || !stats || !prof || !fr) {
     PyErr_Format(PyExc_ImportError, "trident: %s lacks the SCM entry points", path);
+    dlclose(h);
     return nullptr;
   }
   void* state = nullptr;
   if (init(&kApi, consts, &state) != 0) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "trident: SCM init failed");
+    dlclose(h);
     return nullptr;
   }
   auto* m = PyObject_New(TrtModule, &TrtModuleType);
   if (!m) {
     fr(state);
+    dlclose(h);
     return nullptr;
   }
   m->handle = h;
@@ -1151,6 +1221,13 @@ PyObject* load_scm(PyObject*, PyObject* args) {
 
 constexpr int kMaxLocals = 256;
 
+// How a call's arguments map to the locals the SCM reads (L[]): read from the function's
+// code object when it is installed or replaced.
+struct Binder {
+  PyObject* names;  // tuple: parameter names (co_varnames[:nparams]); owned
+  int argcount, posonly, kwonly, varargs, varkw, nfree, nlocals;
+};
+
 struct TrtFunction {
   PyObject_HEAD vectorcallfunc vectorcall;
   PyObject* dict;
@@ -1159,42 +1236,48 @@ struct TrtFunction {
   PyObject* code;    // its code object when the binder was built
   PyObject* miss;    // Python callable: the SCM's miss handler
   TrtModule* module; // installed SCM or nullptr
-  PyObject* names;   // tuple: parameter names (co_varnames[:nparams])
-  int argcount, posonly, kwonly, varargs, varkw, nfree, nlocals;
+  Binder b;          // nlocals > kMaxLocals: never bound natively (every call misses)
 };
 
 PyObject* call_miss(TrtFunction* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
-  return PyObject_Vectorcall(self->miss, args, PyVectorcall_NARGS(nargsf), kwnames);
+  PyObject* miss = self->miss;
+  Py_INCREF(miss);  // the call may replace it (tp_init again)
+  PyObject* r = PyObject_Vectorcall(miss, args, PyVectorcall_NARGS(nargsf), kwnames);
+  Py_DECREF(miss);
+  return r;
 }
 
-// Binds like CPython's own frame setup.  0 on success (owned[] then holds the
-// new *args tuple / **kwargs dict), -1 on anything unusual: the caller then
-// takes the Python path, which reproduces eager's TypeError exactly.
-int bind(TrtFunction* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames,
-         PyObject** L, PyObject** owned) {
-  const int ac = self->argcount, kw = self->kwonly;
+// Binds like CPython's own frame setup.  0 on success, -1 on anything unusual: the caller
+// then takes the Python path, which reproduces eager's TypeError exactly.  Every L[i] it
+// fills is a NEW reference (the caller releases nlocals of them, NULL ones included): a
+// default, keyword default or closure cell read here may be replaced by Python code that
+// runs later in the call (a finalizer during an allocation, a guard's property).  `b` is
+// the caller's snapshot of the binder, with its own reference to the names.
+int bind(const Binder& b, PyFunctionObject* fo, PyObject* const* args, Py_ssize_t nargs,
+         PyObject* kwnames, PyObject** L) {
+  const int ac = b.argcount, kw = b.kwonly;
   const int np = ac + kw;
-  for (int i = 0; i < self->nlocals; ++i) L[i] = nullptr;
   Py_ssize_t npos = nargs < ac ? nargs : ac;
-  for (Py_ssize_t i = 0; i < npos; ++i) L[i] = args[i];
+  for (Py_ssize_t i = 0; i < npos; ++i) {
+    Py_INCREF(args[i]);
+    L[i] = args[i];
+  }
   int idx = np;
-  if (self->varargs) {
+  if (b.varargs) {
     PyObject* t = PyTuple_New(nargs > ac ? nargs - ac : 0);
     if (!t) return -1;
     for (Py_ssize_t i = ac; i < nargs; ++i) {
       Py_INCREF(args[i]);
       PyTuple_SET_ITEM(t, i - ac, args[i]);
     }
-    owned[0] = t;
     L[idx++] = t;
   } else if (nargs > ac) {
     return -1;
   }
   PyObject* kwdict = nullptr;
-  if (self->varkw) {
+  if (b.varkw) {
     kwdict = PyDict_New();
     if (!kwdict) return -1;
-    owned[1] = kwdict;
     L[idx++] = kwdict;
   }
   if (kwnames) {
@@ -1203,15 +1286,16 @@ int bind(TrtFunction* self, PyObject* const* args, Py_ssize_t nargs, PyObject* k
       PyObject* key = PyTuple_GET_ITEM(kwnames, k);
       PyObject* val = args[nargs + k];
       int found = -1;
-      for (int p = self->posonly; p < np; ++p)
-        if (PyTuple_GET_ITEM(self->names, p) == key) { found = p; break; }
+      for (int p = b.posonly; p < np; ++p)
+        if (PyTuple_GET_ITEM(b.names, p) == key) { found = p; break; }
       if (found < 0)
-        for (int p = self->posonly; p < np; ++p) {
-          int eq = PyUnicode_Compare(PyTuple_GET_ITEM(self->names, p), key) == 0;
+        for (int p = b.posonly; p < np; ++p) {
+          int eq = PyUnicode_Compare(PyTuple_GET_ITEM(b.names, p), key) == 0;
           if (eq) { found = p; break; }
         }
       if (found >= 0) {
         if (L[found]) return -1;  // multiple values for one argument
+        Py_INCREF(val);
         L[found] = val;
       } else if (kwdict) {
         if (PyDict_SetItem(kwdict, key, val) < 0) return -1;
@@ -1220,32 +1304,35 @@ int bind(TrtFunction* self, PyObject* const* args, Py_ssize_t nargs, PyObject* k
       }
     }
   }
-  auto* fo = reinterpret_cast<PyFunctionObject*>(self->fn);
   PyObject* defaults = fo->func_defaults;
   Py_ssize_t nd = defaults ? PyTuple_GET_SIZE(defaults) : 0;
   for (int i = 0; i < ac; ++i) {
     if (L[i]) continue;
     Py_ssize_t di = i - (ac - nd);
     if (di < 0) return -1;
-    L[i] = PyTuple_GET_ITEM(defaults, di);
+    L[i] = Py_NewRef(PyTuple_GET_ITEM(defaults, di));
   }
   for (int i = ac; i < np; ++i) {
     if (L[i]) continue;
-    if (!fo->func_kwdefaults) return -1;
-    PyObject* d = PyDict_GetItemWithError(fo->func_kwdefaults, PyTuple_GET_ITEM(self->names, i));
+    PyObject* kwdefaults = fo->func_kwdefaults;
+    if (!kwdefaults) return -1;
+    Py_INCREF(kwdefaults);  // a key's __eq__ could replace it
+    PyObject* d = PyDict_GetItemWithError(kwdefaults, PyTuple_GET_ITEM(b.names, i));
+    Py_XINCREF(d);
+    Py_DECREF(kwdefaults);
     if (!d) {
       PyErr_Clear();
       return -1;
     }
     L[i] = d;
   }
-  if (self->nfree) {
+  if (b.nfree) {
     PyObject* closure = fo->func_closure;
-    if (!closure || PyTuple_GET_SIZE(closure) != self->nfree) return -1;
-    for (int i = 0; i < self->nfree; ++i) {
+    if (!closure || PyTuple_GET_SIZE(closure) != b.nfree) return -1;
+    for (int i = 0; i < b.nfree; ++i) {
       PyObject* v = PyCell_GET(PyTuple_GET_ITEM(closure, i));
       if (!v) return -1;
-      L[idx++] = v;
+      L[idx++] = Py_NewRef(v);
     }
   }
   return 0;
@@ -1255,23 +1342,35 @@ PyObject* function_vectorcall(PyObject* self_, PyObject* const* args, size_t nar
                               PyObject* kwnames) {
   auto* self = reinterpret_cast<TrtFunction*>(self_);
   TrtModule* m = self->module;
-  if (!m || reinterpret_cast<PyFunctionObject*>(self->fn)->func_code != self->code)
+  PyObject* fn = self->fn;
+  if (!m || reinterpret_cast<PyFunctionObject*>(fn)->func_code != self->code ||
+      self->b.nlocals > kMaxLocals)
     return call_miss(self, args, nargsf, kwnames);
+  // Strong references for the whole call: binding allocates, so a collection can run a
+  // finalizer that calls this function, misses, and installs a new SCM (releasing this
+  // one), or replaces the function's code (and with it the binder).
+  Py_INCREF(m);
+  Py_INCREF(fn);
+  const Binder b = self->b;
+  Py_INCREF(b.names);
   PyObject* L[kMaxLocals];
-  PyObject* owned[2] = {nullptr, nullptr};
+  for (int i = 0; i < b.nlocals; ++i) L[i] = nullptr;
   const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-  if (bind(self, args, nargs, kwnames, L, owned) != 0) {
-    Py_XDECREF(owned[0]);
-    Py_XDECREF(owned[1]);
-    if (PyErr_Occurred()) return nullptr;
-    return call_miss(self, args, nargsf, kwnames);
-  }
-  Py_INCREF(m);  // a concurrent install may replace self->module
+  PyObject* r = nullptr;
   int status = TRT_MISS;
-  PyObject* r = m->call(m->state, L, &status);
+  if (bind(b, reinterpret_cast<PyFunctionObject*>(fn), args, nargs, kwnames, L) == 0) {
+    r = m->call(m->state, L, &status);
+    if (raise_pending_error()) [[unlikely]] {  // a guard read raised KeyboardInterrupt, ...
+      Py_CLEAR(r);
+      status = TRT_ERROR;
+    }
+  } else if (PyErr_Occurred()) {
+    status = TRT_ERROR;
+  }
+  for (int i = 0; i < b.nlocals; ++i) Py_XDECREF(L[i]);
+  Py_DECREF(b.names);
+  Py_DECREF(fn);
   Py_DECREF(m);
-  Py_XDECREF(owned[0]);
-  Py_XDECREF(owned[1]);
   if (status == TRT_MISS) {
     Py_XDECREF(r);
     return call_miss(self, args, nargsf, kwnames);
@@ -1286,14 +1385,15 @@ int function_init_binder(TrtFunction* self) {
     return -1;
   }
   auto* co = reinterpret_cast<PyCodeObject*>(code);
-  self->argcount = co->co_argcount;
-  self->posonly = co->co_posonlyargcount;
-  self->kwonly = co->co_kwonlyargcount;
-  self->varargs = (co->co_flags & CO_VARARGS) != 0;
-  self->varkw = (co->co_flags & CO_VARKEYWORDS) != 0;
+  Binder b{};
+  b.argcount = co->co_argcount;
+  b.posonly = co->co_posonlyargcount;
+  b.kwonly = co->co_kwonlyargcount;
+  b.varargs = (co->co_flags & CO_VARARGS) != 0;
+  b.varkw = (co->co_flags & CO_VARKEYWORDS) != 0;
   PyObject* varnames = PyCode_GetVarnames(co);
   if (!varnames) return -1;
-  const int np = self->argcount + self->kwonly;
+  const int np = b.argcount + b.kwonly;
   PyObject* names = PyTuple_GetSlice(varnames, 0, np);
   Py_DECREF(varnames);
   if (!names) return -1;
@@ -1302,10 +1402,15 @@ int function_init_binder(TrtFunction* self) {
     Py_DECREF(names);
     return -1;
   }
-  self->nfree = static_cast<int>(PyTuple_GET_SIZE(freevars));
+  b.nfree = static_cast<int>(PyTuple_GET_SIZE(freevars));
   Py_DECREF(freevars);
-  self->nlocals = np + self->varargs + self->varkw + self->nfree;
-  Py_XSETREF(self->names, names);
+  // More locals than L[] holds: the binder stays, but vectorcall never binds natively (the
+  // miss handler refuses such a function with a warning and runs it eagerly).
+  b.nlocals = np + b.varargs + b.varkw + b.nfree;
+  b.names = names;
+  PyObject* old_names = self->b.names;
+  self->b = b;
+  Py_XDECREF(old_names);
   Py_INCREF(code);
   Py_XSETREF(self->code, code);
   return 0;
@@ -1320,10 +1425,6 @@ int function_init(PyObject* self_, PyObject* args, PyObject*) {
   Py_INCREF(miss);
   Py_XSETREF(self->miss, miss);
   if (function_init_binder(self) < 0) return -1;
-  if (self->nlocals > kMaxLocals) {
-    PyErr_SetString(PyExc_ValueError, "trident.jit: too many parameters");
-    return -1;
-  }
   self->vectorcall = function_vectorcall;
   return 0;
 }
@@ -1348,7 +1449,7 @@ int function_clear(PyObject* self_) {
   Py_CLEAR(self->fn);
   Py_CLEAR(self->miss);
   Py_CLEAR(self->code);
-  Py_CLEAR(self->names);
+  Py_CLEAR(self->b.names);
   PyObject* m = reinterpret_cast<PyObject*>(self->module);
   self->module = nullptr;
   Py_XDECREF(m);
@@ -1664,6 +1765,7 @@ PyMODINIT_FUNC PyInit__trident_rt() {
     return nullptr;
   }
   if (PyModule_AddIntConstant(m, "ABI_VERSION", TRT_ABI_VERSION) < 0 ||
+      PyModule_AddIntConstant(m, "MAX_LOCALS", kMaxLocals) < 0 ||
       PyModule_AddIntConstant(m, "GLOBAL_STATE_WORDS", TRT_GLOBAL_STATE_WORDS) < 0) {
     Py_DECREF(m);
     return nullptr;

@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct or the api table below changes shape. */
-#define TRT_ABI_VERSION 9
+#define TRT_ABI_VERSION 10
 
 /* The mode a whole version runs under (ir.Version.run_mode). */
 #define TRT_MODE_NONE 0
@@ -252,6 +252,14 @@ typedef struct trt_api {
      token for mode_exit, or NULL with a Python exception.  Exits are LIFO. */
   void *(*mode_enter)(int32_t mode);
   void (*mode_exit)(void *token);
+
+  /* ---- guard errors ---- */
+  /* Called where a guard's read raised (an exception is set).  An ordinary exception
+     (an Exception other than MemoryError) is a failed guard, as in Dynamo: cleared.  A
+     KeyboardInterrupt, SystemExit or MemoryError is taken out of the error indicator (the
+     other versions' guards run as usual) and kept for the thread: the call raises it when
+     the SCM returns, whatever the SCM returned. */
+  void (*guard_error)(void);
 } trt_api;
 
 /*

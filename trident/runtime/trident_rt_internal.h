@@ -17,6 +17,17 @@ struct trt_frame {
 };
 
 namespace trident {
+// Releases the GIL for its scope and takes it back on the way out, exceptions included
+// (Py_BEGIN/END_ALLOW_THREADS as an object).  Only code that touches no Python object, or
+// takes the GIL itself, runs in it.
+struct GilRelease {
+  PyThreadState* state;
+  GilRelease() : state(PyEval_SaveThread()) {}
+  ~GilRelease() { PyEval_RestoreThread(state); }
+  GilRelease(const GilRelease&) = delete;
+  GilRelease& operator=(const GilRelease&) = delete;
+};
+
 // Triton launches (trident_rt_launch.cpp).  Without CUDA they raise.
 trt_launch* launch_new(const trt_launch_spec* spec);
 int launch_call(trt_launch* l, trt_frame* f, int64_t gx, int64_t gy, int64_t gz);

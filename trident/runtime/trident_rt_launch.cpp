@@ -359,7 +359,13 @@ int launch_kernel(trt_kernel* l, trt_frame* f, int64_t gx, int64_t gy, int64_t g
     ++na;
   }
   cfg.numAttrs = na;
-  if (!check(d, d->launchKernelEx(&cfg, fn, params, nullptr), "cuLaunchKernelEx")) return TRT_FAIL;
+  CUresult res;
+  {
+    // As Triton's own launcher: the launch can block (a full launch queue) without the GIL.
+    GilRelease nogil;
+    res = d->launchKernelEx(&cfg, fn, params, nullptr);
+  }
+  if (!check(d, res, "cuLaunchKernelEx")) return TRT_FAIL;
   return TRT_OK;
 #else
   (void)l; (void)f; (void)gx; (void)gy; (void)gz;
