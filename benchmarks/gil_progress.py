@@ -5,7 +5,10 @@
 Eager PyTorch releases the GIL around each operator (its Python bindings do), so a server's
 other threads keep running while a model computes.  This benchmark runs, in the main thread,
 a loop of calls to one function (eager, then trident.jit, interleaved over rounds) while a
-second thread counts iterations of a pure-Python loop.  It reports the second thread's
+second thread counts iterations of a loop that gives the GIL away on each iteration
+(`time.sleep(0)`, as a thread doing I/O does) and so needs it back each time: it gets it
+at once while the main thread computes without it, and otherwise only when the main thread
+returns to Python and the switch interval has run out.  It reports the second thread's
 iterations per second under each mode (median over rounds) and their ratio: Trident should
 match eager within 20%.  The cases: a CPU matmul chain (boxed and fast-path operators that
 take milliseconds) and a pointwise chain on medium tensors.  Intra-op threads are 1, so the
@@ -62,6 +65,7 @@ def _progress(fn, args, seconds: float) -> tuple[float, float]:
         n = 0
         while not stop.is_set():
             n += 1
+            time.sleep(0)  # a blocking call: releases the GIL, then waits for it
         count[0] = n
 
     t = threading.Thread(target=spin)
