@@ -210,11 +210,19 @@ class SCM:
         units = [old_units.get(id(v)) or cgen.generate_version(v, config.profile())
                  for v in versions]
         src = cgen.SCMSource(tuple(units), cgen.generate_dispatcher(versions))
-        built = build.build_scm(src)
-        self.stats.compiled_units += built.compiled
-        so = built.so
         consts = cgen.consts_tuple(self.globals, _builtins_of(self.globals), versions)
-        module = self.rt.load_scm(str(so), consts)
+        for attempt in (0, 1):
+            built = build.build_scm(src)
+            self.stats.compiled_units += built.compiled
+            so = built.so
+            try:
+                module = self.rt.load_scm(str(so), consts)
+                break
+            except ImportError:
+                # Another process of this user evicted or replaced the build between its
+                # verification and this load: verify (and so rebuild) once more.
+                if attempt:
+                    raise
         old = self.function._module
         if old is not None:
             for i, (hits, _) in enumerate(old.stats()):

@@ -381,3 +381,28 @@ def test_discard_scm_is_robust(cache, h, tmp_path):
     assert not so.parent.exists()
     build.discard_scm(so)  # already gone
     _check_calls(f, fn, 4)
+
+
+def test_build_removed_between_check_and_load_is_rebuilt(cache, monkeypatch):
+    """Another process of the user evicts (or discards) the SCM this one just verified:
+    the load fails, the build is verified again (so rebuilt), and the function stays native."""
+    real = build.build_scm
+    removed = []
+
+    def racing(src):
+        built = real(src)
+        if not removed:
+            removed.append(built.so)
+            shutil.rmtree(built.so.parent)
+        return built
+
+    monkeypatch.setattr(build, "build_scm", racing)
+    f = trident.jit(_fn, dynamic=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no eager fallback
+        for _ in range(2):
+            x, y = torch.randn(5), torch.randn(5)
+            torch.testing.assert_close(f(x, y), _fn(x, y))
+    assert removed and removed[0].exists()
+    st = trident.stats(f)
+    assert st["fallbacks"] == 0 and st["versions"] == 1 and st["hits"] == [1], st
