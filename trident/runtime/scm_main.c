@@ -423,15 +423,146 @@ int trt_envblock_live(trt_envblock *b, const trt_envg_desc *d, const int *ix, in
 }
 
 typedef struct scm_state {
-  PyObject *consts; /* (globals, builtins, *pool of each version); owned */
-  void *v[];        /* each version's state, in dispatch order */
+  PyObject *consts;       /* (globals, builtins, *pool of each version); owned */
+  trt_tensor_spec *probe; /* the dispatch index's probes, group after group (NULL: none) */
+  void *v[];              /* each version's state, in dispatch order */
 } scm_state;
+
+/* ---- the dispatch index (scm_dispatch.h) ------------------------------- */
+
+/* Every size and stride symbolic: a probe checks all of tensor_match but them. */
+static const int64_t probe_dyn[TRT_SCM_INDEX_NDIM] = {
+    TRT_DYN, TRT_DYN, TRT_DYN, TRT_DYN, TRT_DYN, TRT_DYN, TRT_DYN, TRT_DYN,
+    TRT_DYN, TRT_DYN, TRT_DYN, TRT_DYN, TRT_DYN, TRT_DYN, TRT_DYN, TRT_DYN};
+_Static_assert(TRT_SCM_INDEX_NDIM == 16, "probe_dyn has TRT_SCM_INDEX_NDIM entries");
+
+static int probes_init(scm_state *S) {
+  const trt_dispatch_index *x = &trt_scm_index;
+  /* The limits the generator keeps (codegen/c.py), checked once: the call reads within them. */
+  int n = 0, bad = x->ngroups > TRT_SCM_INDEX_GROUPS;
+  for (int g = 0; g < x->ngroups && !bad; ++g) {
+    int w = 0;
+    for (int i = 0; i < x->groups[g].nprobes; ++i) {
+      const trt_scm_probe *p = &x->groups[g].probes[i];
+      for (int j = 0; j < p->nkey; ++j) bad |= p->pos[j] < 0 || p->pos[j] >= 2 * p->ndim;
+      w += p->nkey;
+    }
+    bad |= w != x->groups[g].width || w > TRT_SCM_INDEX_WIDTH;
+    n += x->groups[g].nprobes;
+  }
+  if (bad) {
+    PyErr_SetString(PyExc_SystemError, "trident: malformed dispatch index");
+    return -1;
+  }
+  if (!n) return 0;
+  S->probe = (trt_tensor_spec *)calloc((size_t)n, sizeof(trt_tensor_spec));
+  if (!S->probe) { PyErr_NoMemory(); return -1; }
+  Py_ssize_t nk = PyTuple_GET_SIZE(S->consts);
+  int j = 0;
+  for (int g = 0; g < x->ngroups; ++g)
+    for (int i = 0; i < x->groups[g].nprobes; ++i, ++j) {
+      const trt_scm_probe *p = &x->groups[g].probes[i];
+      if (p->type_k < 0 || p->type_k >= nk ||
+          !PyType_Check(PyTuple_GET_ITEM(S->consts, p->type_k)) || p->ndim < 0 ||
+          p->ndim > TRT_SCM_INDEX_NDIM) {
+        PyErr_SetString(PyExc_SystemError, "trident: malformed dispatch index");
+        return -1;
+      }
+      /* the type is borrowed: the constant tuple owns it */
+      S->probe[j] = (trt_tensor_spec){(PyTypeObject *)PyTuple_GET_ITEM(S->consts, p->type_k),
+                                      p->dtype, p->device_type, p->device_index,
+                                      p->requires_grad, p->dispatch_keys, p->ndim,
+                                      probe_dyn, probe_dyn};
+    }
+  return 0;
+}
+
+/* The call's key in group g (its probes' specs start at spec): 1 when every probe passed. */
+static int group_key(const trt_scm_group *g, const trt_tensor_spec *spec, PyObject *const *L,
+                     int64_t *key) {
+  int64_t meta[2 * TRT_SCM_INDEX_NDIM + 1];
+  int w = 0;
+  for (int i = 0; i < g->nprobes; ++i) {
+    const trt_scm_probe *p = &g->probes[i];
+    PyObject *o = L[p->local];
+    if (!o || !api->tensor_match(o, &spec[i], meta)) return 0;
+    for (int j = 0; j < p->nkey; ++j) key[w++] = meta[p->pos[j]];
+  }
+  return 1;
+}
+
+/* The row of `key` in g's sorted keys, or -1. */
+static int group_find(const trt_scm_group *g, const int64_t *key) {
+  int lo = 0, hi = g->nkeys;
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    const int64_t *row = g->keys + (size_t)mid * g->width;
+    int c = 0;
+    for (int j = 0; j < g->width && !c; ++j) c = (row[j] > key[j]) - (row[j] < key[j]);
+    if (!c) return mid;
+    if (c < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return -1;
+}
+
+/* The candidates of every group and the keyless versions, tried in ascending dispatch
+ * position.  When none hits, every other version in order (so each version runs at most once
+ * per call, and every version has recorded the guard that failed it). */
+static PyObject *index_dispatch(scm_state *S, PyObject *const *L, const trt_global_state *now,
+                                int *status) {
+  const trt_dispatch_index *x = &trt_scm_index;
+  const int32_t *list[TRT_SCM_INDEX_GROUPS + 1];
+  int len[TRT_SCM_INDEX_GROUPS + 1], at[TRT_SCM_INDEX_GROUPS + 1];
+  int nl = 0;
+  const trt_tensor_spec *spec = S->probe;
+  for (int gi = 0; gi < x->ngroups; ++gi) {
+    const trt_scm_group *g = &x->groups[gi];
+    int64_t key[TRT_SCM_INDEX_WIDTH];
+    int k = group_key(g, spec, L, key) ? group_find(g, key) : -1;
+    spec += g->nprobes;
+    if (k < 0) continue;
+    list[nl] = g->vers + g->start[k];
+    len[nl] = g->start[k + 1] - g->start[k];
+    at[nl++] = 0;
+  }
+  if (x->nkeyless) {
+    list[nl] = x->keyless;
+    len[nl] = x->nkeyless;
+    at[nl++] = 0;
+  }
+  PyObject *r;
+  for (;;) {
+    int best = -1;
+    for (int i = 0; i < nl; ++i)
+      if (at[i] < len[i] && (best < 0 || list[i][at[i]] < list[best][at[best]])) best = i;
+    if (best < 0) break;
+    int32_t pos = list[best][at[best]++];
+    r = x->fns[pos](S->v[pos], L, now, status);
+    if (*status != TRT_MISS) return r;
+  }
+  /* No candidate hit: the ordered scan over the versions not tried above. */
+  for (int i = 0; i < nl; ++i) at[i] = 0;
+  for (int32_t pos = 0; pos < trt_scm_nversions; ++pos) {
+    int tried = 0;
+    for (int i = 0; i < nl; ++i) {
+      while (at[i] < len[i] && list[i][at[i]] < pos) ++at[i];
+      tried |= at[i] < len[i] && list[i][at[i]] == pos;
+    }
+    if (tried) continue;
+    r = x->fns[pos](S->v[pos], L, now, status);
+    if (*status != TRT_MISS) return r;
+  }
+  *status = TRT_MISS;
+  return NULL;
+}
 
 TRT_EXPORT PyObject *trident_scm_call(void *st, PyObject *const *L, int *status) {
   scm_state *S = (scm_state *)st;
   /* One snapshot per call; every version compares it with its own. */
   trt_global_state now;
   api->global_state_now(&now);
+  if (trt_scm_index.ngroups) return index_dispatch(S, L, &now, status);
   return trt_scm_dispatch(S->v, L, &now, status);
 }
 
@@ -440,6 +571,7 @@ TRT_EXPORT void trident_scm_free(void *st) {
   if (!S) return;
   for (int i = 0; i < trt_scm_nversions; ++i)
     if (S->v[i]) trt_scm_frees[i](S->v[i]);
+  free(S->probe);
   Py_XDECREF(S->consts);
   free(S);
 }
@@ -484,6 +616,10 @@ TRT_EXPORT int trident_scm_init(const trt_api *a, PyObject *consts, void **out) 
   }
   Py_INCREF(consts);
   S->consts = consts;
+  if (probes_init(S) != 0) {
+    trident_scm_free(S);
+    return -1;
+  }
   PyObject *const *K = (PyObject *const *)&PyTuple_GET_ITEM(consts, 0);
   for (int i = 0; i < trt_scm_nversions; ++i) {
     if (trt_scm_inits[i](a, K + trt_scm_bases[i], K[0], K[1], &S->v[i]) != 0) {
