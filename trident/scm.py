@@ -66,7 +66,7 @@ class SCM:
         self.static_after: int | None = None
         self._warned_mode = False
         self.stats = Stats()
-        self.c_source: str | None = None
+        self._source = None  # codegen.c.SCMSource of the installed SCM
         self._units: list = []  # codegen.c.Unit per installed version (text never changes)
         self.so_path: Path | None = None
         self.rt = build.runtime_module()
@@ -232,12 +232,19 @@ class SCM:
         self.function._install(module)
         self.versions = versions
         self._units = units
-        self.c_source = src.text()
+        self._source = src
         old_so, self.so_path = self.so_path, so
         if old_so is not None and old_so != so:  # superseded: this process keeps its mapping
             build.discard_scm(old_so)
         self.stats.build_paths.append(str(so))
-        _dump_text(f"{self.fn.__qualname__}.scm.c", self.c_source)
+        if config.dump_dir() is not None:
+            _dump_text(f"{self.fn.__qualname__}.scm.c", self.c_source)
+
+    @property
+    def c_source(self) -> str | None:
+        """The installed SCM's C: every unit as one listing (made on demand: N versions'
+        text kept per rebuild would grow as N^2)."""
+        return self._source.text() if self._source is not None else None
 
     def _fall_back(self, reason: str, args, kwargs, result=None):
         if self.options.strict:  # TRIDENT_STRICT was folded in by jit()
@@ -287,7 +294,14 @@ class SCM:
             return "no SCM installed"
         parts = []
         now = None
-        for v, (hits, failed) in zip(self.versions, mod.stats()):
+        stats = mod.stats()
+        for v, (hits, failed) in zip(self.versions, stats):
+            if len(parts) == _REASON_VERSIONS:
+                # Each version keeps its reason: listing every version would make N versions
+                # hold O(N^2) text (explain shows each version's last failed guard).
+                parts.append(f"{len(self.versions) - _REASON_VERSIONS} later version(s) failed "
+                             "too (trident.explain shows each one's guard)")
+                break
             if 0 <= failed < len(v.guards):
                 g = v.guards[failed]
                 text = f"version {v.index} failed guard [{failed}] {g}"
@@ -388,6 +402,10 @@ class SCM:
         _dump_text(f"{name}.guards.txt", "\n".join(
             f"{e.guard_type} {e.name}" for e in cap.guard_entries))
         _dump_text(f"{name}.ir.txt", print_version(v))
+
+
+# How many versions a miss reason names (the rest are counted).
+_REASON_VERSIONS = 8
 
 
 def _native_locals(code) -> int:

@@ -95,15 +95,18 @@ def test_same_key_versions_differ_by_dtype_stride_and_scalar():
 
     # A miss still records, in every version, the guard that failed: a new shape with a = 2
     # fails the tensor_match of the versions with a == 2 and the `a` guard of the others.
+    # (Read from the SCM that missed, which this reference keeps: the miss installs another.)
     vs = trident.versions(f)
+    missed = _scm_of(f).function._module
     x = torch.randn(6, 3)
     torch.testing.assert_close(f(x, 2), _scale(x, 2))
-    reason = trident.versions(f)[-1].reason
-    parts = {int(p.split()[1]): p for p in reason.split("; ")}
-    assert sorted(parts) == [v.index for v in vs], reason
-    for k, v in enumerate(vs):
+    failed = [str(v.guards[k]) for v, (_, k) in zip(vs, missed.stats())]
+    for k, text in enumerate(failed):
         want = "tensor_match L['x']" if cases[k][1] == 2 else "equals_match L['a']"
-        assert want in parts[v.index], (k, parts[v.index])
+        assert want in text, (k, text)
+    # the miss reason names the first versions' failed guards and counts the rest
+    reason = trident.versions(f)[-1].reason
+    assert failed[0] in reason and "later version(s) failed" in reason, reason
 
 
 def test_a_non_tensor_argument_where_versions_expect_a_tensor():
@@ -112,11 +115,11 @@ def test_a_non_tensor_argument_where_versions_expect_a_tensor():
     for x in xs:
         torch.testing.assert_close(f(x), _lin(x))
     assert _indexed(f)
+    missed = _scm_of(f).function._module
     assert f(3) == 7  # a miss: the probes see an int, no candidate, every version fails
     n = trident.stats(f)["versions"]
     assert n == len(xs) + 1
-    reason = trident.versions(f)[-1].reason
-    assert all(f"version {k} failed guard" in reason for k in range(len(xs))), reason
+    assert all(k >= 0 for _, k in missed.stats()), missed.stats()
     _one_hot_hit(f, lambda: f(3), n - 1)  # the keyless version
     _one_hot_hit(f, lambda: torch.testing.assert_close(f(xs[4]), _lin(xs[4])), 4)
 
