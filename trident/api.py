@@ -66,13 +66,21 @@ def versions(f) -> list:
 
 
 def stats(f):
-    """Counters: misses, captures, fallbacks, per-version hits, and the C
-    units its rebuilds compiled (those found in the build cache excluded)."""
+    """Counters: misses, captures, fallbacks, per-version hits, the paths that
+    run eagerly and why, and the C units its rebuilds compiled (those found in
+    the build cache excluded)."""
     scm = _scm_of(f)
     hits = scm.hits()
+    eager_paths = scm.eager_paths()
     return {"misses": scm.stats.misses, "captures": scm.stats.captures,
             "fallbacks": scm.stats.fallbacks, "versions": len(scm.versions), "hits": hits,
-            "fallback_reason": scm.fallback_reason,
+            # why the whole function runs eagerly, or else why its first eager path does
+            "fallback_reason": scm.fallback_reason or next(
+                (e["reason"] for e in eager_paths), None),
+            "runs_eagerly": scm.fallback_reason is not None,  # the whole function
+            # the paths that run eagerly: {"version" (None for a negative entry), "reason",
+            # "hits", and "key" for a negative entry}
+            "eager_paths": eager_paths,
             "compiled_units": list(scm.stats.compiled_units),
             # per version: seconds of its miss in capture (Dynamo and the capturing
             # run), guards_ir (guards, host IR, Triton kernel lookup), build (C, load)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import re
 import threading
 import time
 import warnings
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from . import config
+from . import config, eager
 from .capture.dynamo import capture
 from .codegen import c as cgen
 from .errors import BuildError, CaptureError, RecompileError, UnsupportedError
@@ -47,7 +48,7 @@ class Options:
 class Stats:
     misses: int = 0
     captures: int = 0
-    fallbacks: int = 0
+    fallbacks: int = 0  # refused captures (paths that run eagerly) and whole-function fallbacks
     build_paths: list = field(default_factory=list)
     compiled_units: list = field(default_factory=list)  # C units compiled, over all builds
     # per installed version, in dispatch order: seconds its miss spent in each stage
@@ -60,7 +61,12 @@ class SCM:
         self.options = options
         self.versions: list[ir.Version] = []
         self.lock = threading.RLock()
+        # Why the whole function runs eagerly (None while the SCM serves calls).
         self.fallback_reason: str | None = None
+        # Refused paths whose guards are not translatable: call key -> eager.NegativeEntry.
+        self.negatives = eager.NegativeEntries()
+        self._eager_keys: set = set()  # the call keys the eager versions were made from
+        self._warned: set = set()  # reasons already warned of (numbers left out)
         # Index of the first version whose capture found that this function's Triton
         # launches need static shapes; from then on misses capture statically.
         self.static_after: int | None = None
@@ -120,11 +126,17 @@ class SCM:
             return self._under_mode(args, kwargs, "a torch function mode is active")
         if torch._C._len_torch_dispatch_stack():
             return self._under_mode(args, kwargs, "a torch dispatch mode is active")
+        # Read before the call, which may change its arguments.
+        key = eager.call_key(self._signature, args, kwargs, self.rt.global_state())
+        neg = self.negatives.get(key)
+        if neg is not None:  # a refused path whose guards are not translatable
+            neg.calls += 1
+            return self.fn(*args, **kwargs)
         reason = self._miss_reason()
         self.stats.misses += 1
         if self.versions and config.assert_no_recompile():
             raise RecompileError(f"{self.fn.__qualname__}: specialization miss ({reason})")
-        if len(self.versions) >= self.options.max_versions:
+        if len(self.versions) + len(self.negatives) >= self.options.max_versions:
             result = self.fn(*args, **kwargs)  # eager's own error, if any, stays an error
             return self._fall_back(
                 f"recompile limit max_versions={self.options.max_versions} reached "
@@ -138,14 +150,19 @@ class SCM:
         except CaptureError as e:
             # Either the user's code raises (eager raises the same) or Dynamo
             # cannot capture it.  Run eagerly: its exception, if any, is the
-            # one the user must see; no version is added.
+            # one the user must see (strict mode too), and an error adds no version.  The
+            # path runs eagerly from now on.
+            t = time.perf_counter() - t0
             result = self.fn(*args, **kwargs)
-            return self._fall_back(f"capture failed: {e}", None, None, result=result)
+            self._refused(f"capture failed: {e}", getattr(e, "guards", None), key, reason, t)
+            return result
         except UnsupportedError as e:
+            self._refused(str(e), getattr(e, "guards", None), key, reason,
+                          time.perf_counter() - t0)
             if hasattr(e, "result"):  # the capturing call ran
-                return self._fall_back(str(e), None, None, result=e.result)
+                return e.result
             # refused before anything ran: the call runs eagerly
-            return self._fall_back(str(e), args, kwargs)
+            return self.fn(*args, **kwargs)
         self.stats.captures += 1
         if cap.triton_needs_static and self.static_after is None:
             self.static_after = len(self.versions)
@@ -158,21 +175,28 @@ class SCM:
             t3 = time.perf_counter()
             self.stats.compile_seconds.append(
                 {"capture": t1 - t0, "guards_ir": t2 - t1, "build": t3 - t2})
-        except UnsupportedError as e:
+        except _FunctionWide as e:
             return self._fall_back(str(e), None, None, result=cap.result)
+        except UnsupportedError as e:
+            # A guard Trident does not translate, or a path it cannot lower or generate: the
+            # path runs eagerly (under its guards where they translate).
+            self._refused(str(e), cap, key, reason, t1 - t0)
+            return cap.result
         except BuildError as e:
             if self.options.strict:
                 raise
             log.error("trident: %s", e)
-            return self._fall_back(f"the C compiler failed ({e.cmd[0]}; the log is in "
-                                   "logger 'trident')", None, None, result=cap.result)
+            # The path runs eagerly; where the compiler fails on the eager version's small
+            # unit too, the whole function does.
+            self._refused(_compiler_failed(e), cap, key, reason, t1 - t0)
+            return cap.result
         except Exception as e:  # noqa: BLE001 - a Trident bug must not cost the user's call
             if self.options.strict:
                 raise
             log.exception("trident: internal error while building a version of %s",
                           self.fn.__qualname__)
-            return self._fall_back(f"internal error: {type(e).__name__}: {e}", None, None,
-                                   result=cap.result)
+            self._refused(f"internal error: {type(e).__name__}: {e}", cap, key, reason, t1 - t0)
+            return cap.result
         return cap.result
 
     def _capture_dynamic(self):
@@ -184,14 +208,17 @@ class SCM:
         more (one version per shape, as the retry gives anyway)."""
         return False if self.static_after is not None else self.options.dynamic
 
-    def _make_version(self, cap, reason: str) -> ir.Version:
-        scope = getattr(cap, "global_scope", None)
+    def _use_scope(self, scope) -> None:
+        """The globals dict of the frame Dynamo traced must be the SCM's (see __init__)."""
         if scope is not None and scope is not self.globals:
             if not self.versions and dynamo_wrapped(self.fn):
                 self.globals = scope
             else:
-                raise UnsupportedError("Dynamo traced the function in a frame whose globals "
-                                       "are not the function's")
+                raise _FunctionWide("Dynamo traced the function in a frame whose globals "
+                                    "are not the function's")
+
+    def _make_version(self, cap, reason: str) -> ir.Version:
+        self._use_scope(getattr(cap, "global_scope", None))
         consts = ConstPool()
         guards = translate(cap.guard_entries, cap, self.fn, consts, self.rt)
         conv = SourceConverter(self.fn, consts, cap.installed_globals)
@@ -246,14 +273,66 @@ class SCM:
         text kept per rebuild would grow as N^2)."""
         return self._source.text() if self._source is not None else None
 
-    def _fall_back(self, reason: str, args, kwargs, result=None):
+    def _refused(self, why: str, path_guards, key, reason: str, t_capture: float) -> None:
+        """A capture refused for a reason of its path (`why`): that path runs eagerly from now
+        on, the others stay native.  Under the guards Dynamo recorded for it (`path_guards`: a
+        `capture.dynamo.PathGuards` or a `Capture`) it becomes an eager version; where those
+        guards do not translate, or there are none, or an eager version made from the same
+        call key did not serve it again (its own run changed what its guards read, such as a
+        list it appends to), a negative entry keyed on the call (`key`).  One warning per
+        reason; strict mode raises.  The caller runs the call (or returns its result)."""
+        if self.options.strict:  # TRIDENT_STRICT was folded in by jit()
+            raise UnsupportedError(f"trident.jit({self.fn.__qualname__}): {why}")
+        self.stats.fallbacks += 1
+        t1 = time.perf_counter()
+        try:
+            if path_guards is None:
+                raise UnsupportedError("Dynamo recorded no guards for it")
+            if key is not None and key in self._eager_keys:
+                raise UnsupportedError("its eager version did not serve the same call again")
+            self._use_scope(getattr(path_guards, "global_scope", None))
+            consts = ConstPool()
+            guards = translate(path_guards.guard_entries, path_guards, self.fn, consts, self.rt)
+            v = eager.eager_version(self.fn, len(self.versions), guards, consts, why=why,
+                                    reason=reason)
+            self._dump(v, None)
+            t2 = time.perf_counter()
+            self._install(self.versions + [v])
+            self.stats.compile_seconds.append({"capture": t_capture, "guards_ir": t2 - t1,
+                                               "build": time.perf_counter() - t2})
+            self._eager_keys.add(key)
+        except _FunctionWide as e:
+            self._fall_back(str(e), None, None, stacklevel=6)
+            return
+        except UnsupportedError as e:
+            # The path's guards cannot serve natively: calls with this key run eagerly.
+            self.negatives.add(key, why if str(e) == why else
+                               f"{why} (and its guards cannot be checked natively: {e})")
+        except BuildError as e:
+            log.error("trident: %s", e)
+            self._fall_back(_compiler_failed(e), None, None, stacklevel=6)
+            return
+        except Exception as e:  # noqa: BLE001 - as in _miss: the call still runs eagerly
+            log.exception("trident: internal error while building an eager version of %s",
+                          self.fn.__qualname__)
+            self._fall_back(f"internal error: {type(e).__name__}: {e}", None, None,
+                            stacklevel=6)
+            return
+        said = re.sub(r"\d+", "N", why)  # a path's reason again, for another size or length
+        if said not in self._warned:
+            self._warned.add(said)
+            warnings.warn(f"trident.jit({self.fn.__qualname__}): this path runs eagerly "
+                          f"(other paths stay native): {why}", RuntimeWarning, stacklevel=5)
+
+    def _fall_back(self, reason: str, args, kwargs, result=None, stacklevel: int = 5):
+        """The whole function runs eagerly from now on (a function-wide reason)."""
         if self.options.strict:  # TRIDENT_STRICT was folded in by jit()
             raise UnsupportedError(f"trident.jit({self.fn.__qualname__}): {reason}")
         self.stats.fallbacks += 1
         if self.fallback_reason is None:
             self.fallback_reason = reason
             warnings.warn(f"trident.jit({self.fn.__qualname__}) runs eagerly from now on: "
-                          f"{reason}", RuntimeWarning, stacklevel=5)
+                          f"{reason}", RuntimeWarning, stacklevel=stacklevel)
             old = self.function._module
             if old is not None:  # keep the hit counts of the versions that served
                 for i, (hits, _) in enumerate(old.stats()):
@@ -312,6 +391,16 @@ class SCM:
                 parts.append(text)
         return "; ".join(parts) or "no version matched"
 
+    def eager_paths(self) -> list:
+        """The paths that run eagerly: per eager version its index, why and its hits; per
+        negative entry its key (as text), why, and the calls it has served."""
+        hits = self.hits()
+        out = [{"version": v.index, "reason": v.eager, "hits": h}
+               for v, h in zip(self.versions, hits) if v.eager]
+        out += [{"version": None, "key": eager.describe_key(k), "reason": e.reason,
+                 "hits": e.calls} for k, e in self.negatives.items()]
+        return out
+
     def profile(self) -> list:
         """Per version, from the counters of versions generated with TRIDENT_PROFILE=1 (since
         the SCM was last built): mean microseconds in its guards and in its program per hit,
@@ -351,10 +440,15 @@ class SCM:
         mod = self.function._module
         stats = mod.stats() if mod is not None else [(0, -1)] * len(self.versions)
         stats = [(h, f) for h, (_, f) in zip(self.hits(), stats)]
-        out = [f"trident.jit({self.fn.__qualname__}): {len(self.versions)} version(s), "
-               f"{self.stats.misses} miss(es), {self.stats.fallbacks} eager fallback(s)"]
+        n_eager = sum(1 for v in self.versions if v.eager)
+        out = [f"trident.jit({self.fn.__qualname__}): {len(self.versions)} version(s)"
+               + (f" ({n_eager} running eagerly)" if n_eager else "")
+               + f", {self.stats.misses} miss(es), {self.stats.fallbacks} eager fallback(s)"]
         if self.fallback_reason:
             out.append(f"  runs eagerly: {self.fallback_reason}")
+        for key, entry in self.negatives.items():
+            out.append(f"  calls with {eager.describe_key(key)} run eagerly without a capture "
+                       f"({entry.calls} since): {entry.reason}")
         if self.so_path:
             out.append(f"  SCM: {self.so_path}  (dispatcher source, command and log beside it; "
                        "the command names each version's object, its source beside it)")
@@ -397,11 +491,20 @@ class SCM:
         if d is None:
             return
         name = f"{self.fn.__qualname__}.v{v.index}"
-        _dump_text(f"{name}.aten.txt", cap.aten_graph.print_readable(print_output=False)
-                   if cap.aten_graph is not None else "")
-        _dump_text(f"{name}.guards.txt", "\n".join(
-            f"{e.guard_type} {e.name}" for e in cap.guard_entries))
+        if cap is not None:  # None for an eager version
+            _dump_text(f"{name}.aten.txt", cap.aten_graph.print_readable(print_output=False)
+                       if cap.aten_graph is not None else "")
+            _dump_text(f"{name}.guards.txt", "\n".join(
+                f"{e.guard_type} {e.name}" for e in cap.guard_entries))
         _dump_text(f"{name}.ir.txt", print_version(v))
+
+
+def _compiler_failed(e: BuildError) -> str:
+    return f"the C compiler failed ({e.cmd[0]}; the log is in logger 'trident')"
+
+
+class _FunctionWide(UnsupportedError):
+    """A refusal that concerns the whole function, not one path: it runs eagerly from then on."""
 
 
 # How many versions a miss reason names (the rest are counted).

@@ -168,6 +168,7 @@ def _stats_for(request, key: str) -> FuzzStats:
 def _reason_key(reason: str) -> str:
     """A fallback reason without the function's name, numbers and details, for counting."""
     r = reason.split("runs eagerly from now on: ", 1)[-1]
+    r = r.split("this path runs eagerly (other paths stay native): ", 1)[-1]
     r = r.split(" (last miss")[0].split("\n")[0]
     r = re.sub(r"\d+", "N", r)
     return r[:120]

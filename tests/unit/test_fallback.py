@@ -1,6 +1,8 @@
-"""Graph breaks and Python side effects: the function falls back to eager
-with exactly one RuntimeWarning (results equal eager, side effects happen
-once per call like eager); strict mode raises instead."""
+"""Graph breaks and Python side effects: the refused path runs eagerly (an
+eager version under the path's guards, or a negative entry) with exactly one
+RuntimeWarning (results equal eager, side effects happen once per call like
+eager); strict mode raises instead.  tests/unit/test_eager_paths.py checks
+that the other paths stay native."""
 
 from __future__ import annotations
 
@@ -74,8 +76,9 @@ def test_graph_break_falls_back_with_one_warning(h, record_warnings, name):
     assert len(warns) == 1, [str(w.message) for w in warns]
     assert "eager" in str(warns[0].message)
     st = trident.stats(f)
-    assert st["fallback_reason"]
-    assert st["versions"] == 0
+    assert st["fallback_reason"] and st["eager_paths"]
+    assert not st["runs_eagerly"]  # per path, not the whole function
+    assert all(v.eager for v in trident.versions(f))  # no native version of a refused path
 
 
 @pytest.mark.parametrize("name", list(GRAPH_BREAKERS))

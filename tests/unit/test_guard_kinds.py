@@ -98,8 +98,9 @@ def _assert_refused_alone(log: GuardLog, kind: str, fn) -> None:
 def _check_refused(h, record_warnings, log: GuardLog, fn, kind: str, calls, *, reason: str,
                    reaches_translate: bool = True, check=None):
     """`fn` under trident.jit on each argument tuple of `calls` equals eager,
-    after one fallback warning; `kind` was emitted (when the capture reaches translation);
-    strict mode raises."""
+    after one warning: the path runs eagerly, keyed on the call (its guards do not translate,
+    so no version); `kind` was emitted (when the capture reaches translation); strict mode
+    raises."""
     check = check or h.check
     f = trident.jit(fn)
     with record_warnings() as rec:
@@ -112,14 +113,12 @@ def _check_refused(h, record_warnings, log: GuardLog, fn, kind: str, calls, *, r
     assert st["versions"] == 0
     assert st["fallbacks"] == 1  # later calls run eagerly without asking again
     assert reason in st["fallback_reason"], st["fallback_reason"]
+    assert [e["version"] for e in st["eager_paths"]] == [None], st["eager_paths"]
     if reaches_translate:
         assert kind in log.emitted_kinds(), sorted(log.emitted_kinds())
         assert kind in log.translated_kinds(), sorted(log.translated_kinds())
-    else:
-        # refused in the backend, before Dynamo builds its guards (nothing ran): the kind is
-        # neither translated nor, on torch versions that build guards after the backend,
-        # emitted
-        assert kind not in log.translated_kinds()
+    # else: refused in the backend (nothing ran); the guards Dynamo built for the path are
+    # then translated for its eager version, and refused there
     if reaches_translate:
         _assert_refused_alone(log, kind, fn)
 

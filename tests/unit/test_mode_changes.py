@@ -1,5 +1,5 @@
 """A function that changes grad mode, inference mode or autocast inside (`with torch.no_grad()`,
-`torch.enable_grad()`, `torch.inference_mode()`, `torch.autocast(...)`) runs eagerly: Dynamo
+`torch.enable_grad()`, `torch.inference_mode()`, `torch.autocast(...)`) runs that path eagerly: Dynamo
 records the change as a graph node, the ATen trace does not, and a version's program ran every
 operator under the caller's state (wrong gradients, dtypes and inference flags). A change that
 changes nothing (autocast disabled where it is off; grad mode where no tensor requires grad)
@@ -46,7 +46,10 @@ def _grads_match(out, ref, args, ref_args):
 
 
 def _reason(f) -> str:
-    return trident.explain(f).splitlines()[1]
+    """Why a path of `f` runs eagerly (that path only: the others stay native)."""
+    st = trident.stats(f)
+    assert not st["runs_eagerly"], st["fallback_reason"]
+    return st["fallback_reason"] or ""
 
 
 def test_no_grad_block_inside_runs_eagerly_with_eagers_gradients():

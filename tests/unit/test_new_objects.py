@@ -64,8 +64,9 @@ def _same(actual, expected, path="result"):
 
 
 def _check_refused(fn, make_args, reason: str, calls: int = 3):
-    """`fn` falls back with exactly one RuntimeWarning naming `reason`, every call equals
-    eager, and `strict=True` raises instead."""
+    """`fn`'s path runs eagerly with exactly one RuntimeWarning naming `reason` (an eager
+    version, which serves the later calls natively), every call equals eager, and
+    `strict=True` raises instead."""
     f = trident.jit(fn)
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
@@ -80,8 +81,9 @@ def _check_refused(fn, make_args, reason: str, calls: int = 3):
     assert len(msgs) == 1, msgs
     assert "runs eagerly" in msgs[0] and reason in msgs[0], msgs
     st = trident.stats(f)
-    assert st["fallbacks"] == 1 and st["versions"] == 0 and st["hits"] == []
-    assert reason in st["fallback_reason"]
+    assert st["fallbacks"] == 1 and st["captures"] == 0, trident.explain(f)
+    assert [v.eager != "" for v in trident.versions(f)] == [True] and st["hits"] == [calls - 1]
+    assert reason in st["fallback_reason"] and not st["runs_eagerly"]
 
     g = trident.jit(fn, strict=True)
     args, kwargs = make_args()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
 
 from dataclasses import dataclass, field
 
@@ -70,9 +71,130 @@ class _NeedStatic(Exception):
 
 
 class _Refused(Exception):
-    """Raised by the backend when the capture is refused before anything ran: the call then
+    """Raised by the guard filter when the backend refused the capture: Dynamo has built the
+    path's guards (recorded for its eager version, `PathGuards`) and nothing ran. The call then
     runs eagerly, not through Dynamo's bytecode (torch 2.11's replay of a stored **kwargs
     dict lost the caller's items: what Trident refuses, Dynamo may not run right either)."""
+
+
+class _GuardsRecorded(Exception):
+    """Stops Dynamo's guard building once the guards of a failed trace are recorded."""
+
+
+@dataclass
+class PathGuards:
+    """The guards Dynamo recorded for a path whose capture was refused, with what
+    `guards.translate` reads beside the entries (the fields of `Capture` of the same names):
+    the refused path's eager version runs under exactly these. For a trace that stopped (a
+    graph break under fullgraph, an unsupported construct) they are the guards of the trace up
+    to the point where it stopped, inlined functions included: every call that passes them
+    traces the same way to the same point, and stops there too."""
+
+    guard_entries: list
+    shape_exprs: list
+    sizes_strides: dict
+    global_state: bytes
+    tf_mode_stack_len: int
+    extra_guards: list = field(default_factory=list)
+    installed_globals: dict = field(default_factory=dict)
+    global_scope: dict | None = None
+
+
+def _path_guards(st, gstate, tf_len, adapted) -> PathGuards | None:
+    """The recorded guards of this attempt (None where Dynamo built none)."""
+    if "entries" not in st:
+        return None
+    return PathGuards(guard_entries=st["entries"], shape_exprs=st.get("shape_exprs", []),
+                      sizes_strides=st.get("sizes", {}), global_state=gstate,
+                      tf_mode_stack_len=tf_len, extra_guards=list(adapted.extra_guards),
+                      installed_globals=dict(st.get("installed", {})),
+                      global_scope=st.get("global_scope"))
+
+
+def _sizes_strides(og) -> dict:
+    sizes = {}
+    for src, meta in og.input_source_to_sizes_strides.items():
+        if "size" in meta and "stride" in meta:
+            sizes[src] = (_concrete(meta["size"]), _concrete(meta["stride"]))
+    return sizes
+
+
+# The capture in progress on each thread (its state dict and guard filter), for the hook on
+# Dynamo's root translator; the hook is installed while any thread captures.
+_TRACE = threading.local()
+_HOOK_LOCK = threading.Lock()
+_HOOK: dict = {"users": 0, "orig": None, "had": False}
+
+
+def _record_failed_trace(tx) -> None:
+    """The root translator `tx` stopped with an error while this thread captures: record the
+    guards of its trace so far (see _guards_of_failed_trace)."""
+    from torch._dynamo.guards import CheckFunctionManager
+
+    cur = getattr(_TRACE, "current", None)
+    if cur is None:
+        return
+    st, guard_filter = cur
+    og = getattr(tx, "output", None)
+    if og is None or "entries" in st or st.get("need_static"):
+        return
+
+    def record(entries):
+        guard_filter(entries)
+        raise _GuardsRecorded()
+
+    st["og"] = og
+    try:
+        st["sizes"] = _sizes_strides(og)
+        CheckFunctionManager(tx.f_code, og, guard_filter_fn=record)
+    except _GuardsRecorded:
+        pass
+    except Exception:  # noqa: BLE001 - no guards: the refusal keys on the call
+        st.pop("entries", None)
+
+
+@contextlib.contextmanager
+def _guards_of_failed_trace(st: dict, guard_filter):
+    """When Dynamo's trace of the root frame stops with an error (a graph break under
+    fullgraph, an unsupported construct, a data-dependent branch), record the guards of the
+    trace so far: Dynamo's own guard building over its output graph, as it would have run
+    at the end, with `guard_filter` recording the entries (and stopping it there).  Restarts of
+    the analysis are not failures.  Where the guards cannot be built, none are recorded.  The
+    hook on `InstructionTranslator.run` is shared by the threads that capture at once (each
+    records into its own capture's state) and removed when the last one is done."""
+    from torch._dynamo import exc as dexc
+    from torch._dynamo.symbolic_convert import InstructionTranslator
+
+    restart = getattr(dexc, "RestartAnalysis", ())
+    with _HOOK_LOCK:
+        if _HOOK["users"] == 0:
+            _HOOK["had"] = "run" in InstructionTranslator.__dict__
+            orig = _HOOK["orig"] = InstructionTranslator.run
+
+            def run(self):
+                try:
+                    return orig(self)
+                except Exception as e:
+                    if not isinstance(e, restart):
+                        _record_failed_trace(self)
+                    raise
+
+            InstructionTranslator.run = run
+        _HOOK["users"] += 1
+    prev = getattr(_TRACE, "current", None)
+    _TRACE.current = (st, guard_filter)
+    try:
+        yield
+    finally:
+        _TRACE.current = prev
+        with _HOOK_LOCK:
+            _HOOK["users"] -= 1
+            if _HOOK["users"] == 0:
+                if _HOOK["had"]:
+                    InstructionTranslator.run = _HOOK["orig"]
+                else:
+                    del InstructionTranslator.run
+                _HOOK["orig"] = None
 
 
 class _GraphRunError(Exception):
@@ -401,6 +523,9 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
             st["ret"] = _describe_return(tx, gm, stores, fn)
         except UnsupportedError as e:
             st["unsupported"] = str(e)
+        except Exception as e:  # noqa: BLE001 - a description Trident cannot make: refused
+            st["unsupported"] = (f"the return value cannot be described "
+                                 f"({type(e).__name__}: {_first_line(e)})")
         fake_mode = None
         for f in fakes:
             if isinstance(f, torch._subclasses.fake_tensor.FakeTensor):
@@ -427,19 +552,17 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
             aten = None
         st["aten"] = aten
         st["gm"] = gm
-        sizes = {}
-        for src, meta in og.input_source_to_sizes_strides.items():
-            if "size" in meta and "stride" in meta:
-                sizes[src] = (_concrete(meta["size"]), _concrete(meta["stride"]))
-        st["sizes"] = sizes
+        st["sizes"] = _sizes_strides(og)
 
         has_triton = any(_is_triton_node(n) for n in gm.graph.nodes)
         if has_triton and dynamic is not False and _triton_needs_static(gm):
             st["need_static"] = True
             raise _NeedStatic()
         if "unsupported" in st:
+            # Refused: Dynamo goes on to build the path's guards, which the guard filter
+            # records before it stops the compile (_Refused), so nothing runs.
             st["refused"] = True
-            raise _Refused(st["unsupported"])
+            return _never_runs
         st["launches"] = []
 
         def runner(*a):
@@ -485,6 +608,8 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
             mapping = {v[0]: v[1] for v in names.values()}
             exprs = [(e, mapping) for e in helpers[0].exprs]
         st["shape_exprs"] = exprs
+        if st.get("refused"):
+            raise _Refused(st["unsupported"])
         return [True] * len(entries)
 
     from torch._C._dynamo.eval_frame import reset_code
@@ -508,14 +633,18 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
         # Python floats are specialized (a new value is a new version), as in
         # torch.compile's defaults before 2.6: a dynamic float needs float
         # shape guards (math.isnan ...) the SCM does not evaluate.
-        with torch._dynamo.config.patch(specialize_float=True), adapters.active(adapted):
+        with torch._dynamo.config.patch(specialize_float=True), adapters.active(adapted), \
+                _guards_of_failed_trace(st, guard_filter):
             result = compiled(*args, **kwargs)
     except _GraphRunError as e:
         raise e.exc from None
     except Exception as e:  # noqa: BLE001
         if st.get("refused"):
             # Nothing ran: no `result`, so the caller runs the function eagerly.
-            raise UnsupportedError(st["unsupported"]) from None
+            err = UnsupportedError(st["unsupported"])
+            err.guards = _path_guards(st, gstate, tf_len, adapted)
+            raise err from None
+        static_guards = None
         if dynamic is not False and (st.get("need_static") or st["calls"] == 0):
             # Nothing ran yet (Dynamo stopped while tracing, or the backend
             # asked for static shapes): a dynamic size may be what Dynamo or
@@ -523,9 +652,13 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
             reset_code(fn.__code__)
             try:
                 cap = capture(fn, args, kwargs, dynamic=False, global_state_fn=global_state_fn)
-            except CaptureError:
+            except CaptureError as static_err:
                 if st.get("need_static"):
                     raise
+                # The static trace stopped too.  The dynamic trace's guards key the path's
+                # eager version (a call that passes them traces to the same stop), or else the
+                # static trace's.
+                static_guards = getattr(static_err, "guards", None)
             else:
                 cap.triton_needs_static = bool(st.get("need_static"))
                 cap.notes.append("captured with static shapes: "
@@ -539,7 +672,9 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
             if isinstance(inner, _GraphRunError):
                 continue
             raise inner from None
-        raise CaptureError(f"{type(e).__name__}: {_first_line(e)}") from e
+        err = CaptureError(f"{type(e).__name__}: {_first_line(e)}")
+        err.guards = _path_guards(st, gstate, tf_len, adapted) or static_guards
+        raise err from e
     finally:
         reset_code(fn.__code__)
         _forget_backend(backend)
@@ -557,6 +692,7 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
         # The capturing call already ran correctly: hand its result back.
         err = UnsupportedError(reason)
         err.result = result
+        err.guards = _path_guards(st, gstate, tf_len, adapted)
         raise err
     return Capture(
         aten_graph=st["aten"], dynamo_graph=st["gm"], inputs=st["inputs"],
@@ -860,6 +996,10 @@ def _check_described(desc, real, store_objs=()) -> str | None:
 
 def _same(t):
     return t
+
+
+def _never_runs(*args):
+    raise AssertionError("trident: a refused capture's graph ran")  # the guard filter stops it
 
 
 def _triton_needs_static(gm) -> bool:

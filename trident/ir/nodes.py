@@ -668,8 +668,9 @@ class OutDict:
 
 @dataclass(frozen=True)
 class OutNew:
-    """A dataclass object the function created (a ModelOutput): `K[cls](**{names: values})`,
-    one vectorcall with the keyword names `K[kwnames]` (a tuple of str)."""
+    """`K[cls](**{names: values})`, one vectorcall with the keyword names `K[kwnames]` (a tuple
+    of str): a dataclass object the function created (a ModelOutput), or, in an eager version
+    (`Version.eager`), the function itself called in Python with the call's arguments."""
 
     cls: int
     desc: str  # the class's qualified name
@@ -725,6 +726,10 @@ class Version:
     # `torch.no_grad()` / `enable_grad()` / `inference_mode()`, entered natively after the
     # guards and left on every exit.
     run_mode: int = 0
+    # Why this path runs eagerly, for an eager version: its capture was refused, and its program
+    # is one call of the function itself in Python (an `OutNew` of the call's arguments) under
+    # the guards Dynamo recorded for the path ("" for a native version; see trident/eager.py).
+    eager: str = ""
 
 
 # ir.Version.run_mode -> (runtime constant TRT_MODE_*, what explain shows).

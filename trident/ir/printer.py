@@ -10,6 +10,8 @@ def print_version(v: ir.Version) -> str:
     lines.append("  guards:")
     for i, g in enumerate(v.guards):
         lines.append(f"    [{i}] {g}")
+    if v.eager:
+        lines.append(f"  runs eagerly: {v.eager} (the program calls the function in Python)")
     if v.run_mode:
         lines.append(f"  runs under {ir.RUN_MODES[v.run_mode][1]} (the function's own, "
                      "entered natively after the guards)")
