@@ -126,7 +126,9 @@ class _VersionGen:
             expr = f"trt_generic_getattr({b}, {self.mod.name(src.name)})"
         elif isinstance(src, ir.Item):
             b = self.load(src.base)
-            if isinstance(src.key, int):
+            if src.const >= 0:
+                expr = f"trt_getitem_obj({b}, {self.K(src.const)})"
+            elif isinstance(src.key, int):
                 expr = f"trt_getitem_int({b}, {src.key})"
             else:
                 expr = f"trt_getitem_obj({b}, {self.mod.name(src.key)})"
@@ -398,6 +400,8 @@ class _VersionGen:
             elif isinstance(src, ir.DictEntryAt):
                 op = "TRT_ES_DICT_VALUE_AT" if src.value else "TRT_ES_DICT_KEY_AT"
                 out.append(f"{{{op}, {src.index}}}")
+            elif isinstance(src, ir.Item) and src.const >= 0:
+                out.append(f"{{TRT_ES_ITEM_CONST, {src.const}}}")
             elif isinstance(src, ir.Item) and isinstance(src.key, int):
                 out.append(f"{{TRT_ES_ITEM_INT, {src.key}}}")
             elif isinstance(src, ir.Item):

@@ -172,6 +172,10 @@ class SourceConverter:
             idx = src.index
             if isinstance(idx, (int, str)) and not isinstance(idx, bool):
                 return ir.Item(self(src.base), idx)
+            if _plain_key(idx):
+                # A tuple, None, bool, float or bytes key (`_NVIDIA_ARCH_BY_CC[(9, 0)]`): the
+                # key object is a pooled constant and the lookup is Python's own.
+                return ir.Item(self(src.base), idx, const=self.consts.add(idx))
         raise UnsupportedError(f"guard source {src.name} ({cls}) is not translated")
 
     def int_leaf(self, src) -> ir.IntLeaf:
@@ -186,6 +190,13 @@ class SourceConverter:
             if src.prop == TensorProperty.STORAGE_OFFSET:
                 return ir.TensorOffset(base)
         return ir.PyInt(self(src))
+
+
+def _plain_key(k) -> bool:
+    """A dict key whose hash and equality are Python's own and run no user code."""
+    if k is None or type(k) in (bool, int, float, str, bytes):
+        return True
+    return type(k) is tuple and all(_plain_key(e) for e in k)
 
 
 def _type_name(t: type) -> str:

@@ -62,10 +62,13 @@ class Attr:
 
 @dataclass(frozen=True)
 class Item:
-    """`base[key]` on a tuple, list or dict (int or str key)."""
+    """`base[key]` on a tuple, list or dict: an int or str key, or (`const` >= 0: the key's
+    index in the version's constant pool) any other hashable constant of a builtin type
+    (None, bool, float, bytes, tuples of them), looked up as Python does."""
 
     base: "Source"
-    key: Union[int, str]
+    key: object
+    const: int = -1
 
     def __str__(self) -> str:
         return f"{self.base}[{self.key!r}]"

@@ -297,7 +297,9 @@ static void eg_load(const trt_envg_desc *d, const trt_envctx *c, trt_envblock *b
       case TRT_ES_ITEM_STR: v = trt_r_item_obj(b, base, c->N[s->arg]); break;
       case TRT_ES_TYPEOF: v = trt_r_typeof(b, base); break;
       case TRT_ES_DICT_KEY_AT: v = trt_r_dict_entry_at(b, base, s->arg, 0); break;
-      default: v = trt_r_dict_entry_at(b, base, s->arg, 1); break;
+      case TRT_ES_DICT_VALUE_AT: v = trt_r_dict_entry_at(b, base, s->arg, 1); break;
+      case TRT_ES_ITEM_CONST: v = trt_r_item_obj(b, base, c->K[s->arg]); break;
+      default: v = NULL; break;  /* not generated */
     }
     e[j] = v;
     if (first == 0) eg_step(b, a, j, v);

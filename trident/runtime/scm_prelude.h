@@ -458,10 +458,11 @@ typedef struct trt_version_head {
  * interpreter evaluates them): its loads from the root, then its check.  A same-object guard
  * has two load chains, the first nsteps_a steps and the rest. */
 enum { TRT_ES_GLOBAL, TRT_ES_CONST, TRT_ES_ATTR, TRT_ES_ITEM_INT, TRT_ES_ITEM_STR, TRT_ES_TYPEOF,
-       TRT_ES_DICT_KEY_AT, TRT_ES_DICT_VALUE_AT };
+       TRT_ES_DICT_KEY_AT, TRT_ES_DICT_VALUE_AT, TRT_ES_ITEM_CONST };
 typedef struct trt_envstep {
   int op;
-  int32_t arg; /* name index (GLOBAL, ATTR, ITEM_STR), constant index, item or entry index */
+  int32_t arg; /* name index (GLOBAL, ATTR, ITEM_STR), constant index (CONST, ITEM_CONST),
+                  item or entry index */
 } trt_envstep;
 
 enum { TRT_EG_ID, TRT_EG_EQ, TRT_EG_TYPE, TRT_EG_SAME, TRT_EG_NOTIN, TRT_EG_CONTAINS,
