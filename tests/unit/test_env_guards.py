@@ -249,6 +249,15 @@ def test_function_defaults_kwdefaults_and_code_changes_are_seen():
         helper.__kwdefaults__ = saved[1]
 
 
+def test_inlined_function_defaults_are_guarded_even_where_dynamo_does_not():
+    # torch 2.11's Dynamo records no guard on an inlined function's __defaults__ (its own
+    # torch.compile then returns the old default's result): Trident adds one itself.
+    g = trident.jit(f_helper)
+    _check(g, f_helper, n=1)
+    guards = [str(x) for x in trident.versions(g)[0].guards]
+    assert any(s.startswith("equals_match G['helper'].__defaults__ ==") for s in guards), guards
+
+
 def test_live_guard_resumes_after_its_covered_prefix():
     g = trident.jit(f_holder_items)
     _check(g, f_holder_items)

@@ -331,22 +331,34 @@ def _closure_match(src, v, consts: ConstPool) -> list:
 
     if type(v) is not types.FunctionType:
         return [ir.IdMatch(src, consts.add(v), _describe(v))]
+    code = ir.IdMatch(ir.Attr(src, "__code__"), consts.add(v.__code__),
+                      f"{v.__qualname__}.__code__")
     if v.__closure__ is None:
-        return [ir.IdMatch(src, consts.add(v), f"function {v.__qualname__}"),
-                ir.IdMatch(ir.Attr(src, "__code__"), consts.add(v.__code__),
-                           f"{v.__qualname__}.__code__")]
-    out = [ir.IdMatch(ir.Attr(src, "__code__"), consts.add(v.__code__),
-                      f"{v.__qualname__}.__code__")]
+        # torch 2.11 guards neither `__defaults__` nor its items here (torch.compile returns
+        # the old default's result after `f.__defaults__ = (3.0,)`): check the tuple, by
+        # value where it holds constants, else by identity (a rebinding misses).
+        d = v.__defaults__
+        if d is None or (type(d) is tuple and all(type(x) in _EQ_TYPES for x in d)):
+            defaults = _defaults_match(src, "__defaults__", d, consts)
+        else:
+            defaults = ir.IdMatch(ir.Attr(src, "__defaults__"), consts.add(d),
+                                  f"{v.__qualname__}.__defaults__ (captured)")
+        return [ir.IdMatch(src, consts.add(v), f"function {v.__qualname__}"), code, defaults]
+    out = [code]
     for attr in ("__defaults__", "__kwdefaults__"):
         d = getattr(v, attr)
-        if d is None:
-            out.append(ir.IdMatch(ir.Attr(src, attr), consts.add(None), "None"))
-        elif type(d) is tuple and all(type(x) in _EQ_TYPES for x in d):
-            out.append(ir.EqualsMatch(ir.Attr(src, attr), consts.add(tuple), consts.add(d),
-                                      _describe(d)))
+        if d is None or (type(d) is tuple and all(type(x) in _EQ_TYPES for x in d)):
+            out.append(_defaults_match(src, attr, d, consts))
         else:
             raise UnsupportedError(f"closure {v.__qualname__} with non-constant {attr}")
     return out
+
+
+def _defaults_match(src, attr: str, d, consts: ConstPool):
+    """`src.<attr> is None` or `== d`, a tuple of constants."""
+    if d is None:
+        return ir.IdMatch(ir.Attr(src, attr), consts.add(None), "None")
+    return ir.EqualsMatch(ir.Attr(src, attr), consts.add(tuple), consts.add(d), _describe(d))
 
 
 def _is_const_key(k) -> bool:
