@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import abi
 from ..errors import UnsupportedError
 from ..ir import nodes as ir
 
@@ -775,7 +776,7 @@ def _env_source(src) -> bool:
     return isinstance(src, (ir.Global, ir.ConstObj))
 
 
-_ENV_STEPS = 32  # TRT_ENV_STEPS of scm_prelude.h
+_ENV_STEPS = abi.ENV_STEPS  # TRT_ENV_STEPS of scm_prelude.h
 
 
 def _chain_len(src) -> int:

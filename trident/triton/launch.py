@@ -185,12 +185,8 @@ def launch_params(res: Resolved, args: dict, rt) -> list:
 
 # ------------------------------------------------------------ selection
 
-# trt_launch_param kinds and trt_launch_key kinds (runtime/trident_rt.h).
-PARAM_CODES = {"ptr": 0, "i1": 1, "i8": 2, "i16": 3, "i32": 4, "i64": 5, "u8": 6, "u16": 7,
-               "u32": 8, "u64": 9, "fp16": 10, "bf16": 11, "fp32": 12, "fp64": 13, "one": 14}
-KEY_CODES = {"ptr": 0, "int": 1, "double": 2}
-# trt_launch_key transforms of an int key part (runtime/trident_rt.h)
-TRANSFORM_CODES = {"raw": 0, "class": 1, "log2": 2, "align32": 3}
+# trt_launch_param kinds, trt_launch_key kinds and transforms (runtime/trident_rt.h)
+from ..abi import KEY_CODES, PARAM_CODES, TRANSFORM_CODES  # noqa: E402,F401
 _BUCKET_LIMIT = 1 << 40
 _MISSING = object()
 
