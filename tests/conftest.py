@@ -5,6 +5,9 @@
   explicitly set TRIDENT_CACHE_DIR is honoured (it lets repeated runs reuse
   the ~25 s runtime build).  Nothing else is reset: every test makes its own
   `trident.jit` functions, so their counters start at zero.
+* TRIDENT_CACHE is off unless set: a test's function would otherwise find the
+  versions an earlier run (or an earlier subprocess) persisted under that
+  cache, and count no capture.  tests/unit/test_persist.py turns it on.
 * `check` and friends: run a jitted function and its eager original on
   independent deep copies of the same fresh random inputs and compare the
   results (values, dtypes, shapes, structure) and the mutated inputs.
@@ -29,6 +32,7 @@ import torch
 
 
 def pytest_configure(config):
+    os.environ.setdefault("TRIDENT_CACHE", "off")
     config.addinivalue_line("markers", "gpu: needs CUDA and Triton (skipped without them)")
     config.addinivalue_line("markers", "slow: long-running (e.g. 100,000-call leak check)")
 

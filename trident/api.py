@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 
-from . import config
+from . import config, persist
 from .scm import SCM, Options, launch_resolvers
 
 
@@ -56,8 +56,10 @@ def _scm_of(f) -> SCM:
 
 def explain(f) -> str:
     """Each version of `f`: why it was captured, its guards, host IR, hits,
-    and the path of the generated SCM (with its C source beside it)."""
-    return _scm_of(f).explain()
+    and the path of the generated SCM (with its C source beside it); last,
+    whether each version was captured here or loaded from disk."""
+    scm = _scm_of(f)
+    return scm.explain() + persist.describe(scm)
 
 
 def versions(f) -> list:
@@ -82,6 +84,9 @@ def stats(f):
             # "hits", and "key" for a negative entry}
             "eager_paths": eager_paths,
             "compiled_units": list(scm.stats.compiled_units),
+            # per version: "disk" (loaded from a record an earlier process persisted) or
+            # "captured" (in this process)
+            "origins": persist.origins(scm),
             # per version: seconds of its miss in capture (Dynamo and the capturing
             # run), guards_ir (guards, host IR, Triton kernel lookup), build (C, load)
             "compile_seconds": [dict(t) for t in scm.stats.compile_seconds],

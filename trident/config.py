@@ -26,6 +26,9 @@ KNOBS = {
              "(default: ~/.cache/trident)."),
         Knob("TRIDENT_CACHE_MAX_MB", "1024", "Size limit of the build cache in MiB: beyond it "
              "the least recently used builds are evicted (0: no limit; see docs/cache.md)."),
+        Knob("TRIDENT_CACHE", "on", "off: no persisted SCMs: a new process neither loads the "
+             "versions an earlier process persisted for a function nor persists its own "
+             "(compiled objects stay cached; see docs/cache.md)."),
         Knob("TRIDENT_DUMP_DIR", "", "If set, every capture writes its ATen graph, "
              "guards, host IR and C source there."),
         Knob("TRIDENT_CC", "", "C compiler for SCMs (default: $CC, then cc)."),
@@ -67,6 +70,10 @@ def cache_dir() -> Path:
 
 def cache_max_mb() -> float:
     return float(_get("TRIDENT_CACHE_MAX_MB") or 0)
+
+
+def persist() -> bool:
+    return _get("TRIDENT_CACHE").lower() not in ("off", "0")
 
 
 def dump_dir() -> Path | None:

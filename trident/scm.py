@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from . import config, eager
+from . import config, eager, persist
 from .capture.dynamo import capture
 from .codegen import c as cgen
 from .errors import BuildError, CaptureError, RecompileError, UnsupportedError
@@ -96,6 +96,9 @@ class SCM:
 
     def miss(self, *args, **kwargs):
         with self.lock:
+            # The first miss in this process: the versions an earlier process persisted.
+            if persist.restore(self):
+                return self.function(*args, **kwargs)
             # Another thread may have installed a version serving this call
             # while this one waited for the lock: try the SCM once more.
             if self.versions and not getattr(self._tls, "retrying", False) \
@@ -266,6 +269,7 @@ class SCM:
         self.stats.build_paths.append(str(so))
         if config.dump_dir() is not None:
             _dump_text(f"{self.fn.__qualname__}.scm.c", self.c_source)
+        persist.save(self)  # what a new process needs to serve these versions (never raises)
 
     @property
     def c_source(self) -> str | None:

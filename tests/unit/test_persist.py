@@ -1,0 +1,338 @@
+"""Persistent SCMs (trident/persist/): a new process serves the versions an earlier process
+captured, from disk, without Dynamo and without a C compiler; what changed since makes that
+version (or the whole record) a miss, never a wrong result.
+
+Process A (a subprocess, once per module) captures three functions of a small module written to
+a temporary folder; each test copies A's cache and runs process B on it, which calls the same
+functions on fresh random inputs and compares every result with eager's.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+import trident
+from trident import config
+from trident.persist import consts, record
+from trident.persist import key as pkey
+from trident.api import _scm_of
+from trident.native import build
+
+MODULE = '''
+import os
+
+import torch
+
+import trident
+
+SCALE = float(os.environ.get("PERSIST_SCALE", "2.0"))
+
+
+def helper(x):
+    return x.sin() + 1
+
+
+@trident.jit
+def f(x, y):
+    return helper(x) * SCALE + y.relu()
+
+
+@trident.jit
+def g(x, k=int(os.environ.get("PERSIST_K", "3"))):
+    return torch.nn.functional.gelu(x) * k + torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0])
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.lin(x).tanh()
+
+
+net = Net()
+
+
+@trident.jit
+def h(x):
+    return net(x) + x
+'''
+
+DRIVER = '''
+import json, os, sys, warnings
+
+import torch
+
+import trident
+
+if os.environ.get("PERSIST_TORCH_STAMP"):
+    from trident.persist import key
+
+    key._torch_version = lambda: os.environ["PERSIST_TORCH_STAMP"]
+import pmod
+
+torch.manual_seed(int(os.environ.get("PERSIST_SEED", "1")))
+out = {}
+with warnings.catch_warnings(record=True) as rec:
+    warnings.simplefilter("always")
+    for name, shape in (("f", (4, 8)), ("g", (4, 8)), ("h", (3, 8))):
+        fn = getattr(pmod, name)
+        for _ in range(2):
+            args = [torch.randn(shape) for _ in range(2 if name == "f" else 1)]
+            torch.testing.assert_close(fn(*args), fn.__wrapped__(*args))
+        st = trident.stats(fn)
+        out[name] = {"captures": st["captures"], "hits": sum(st["hits"]),
+                     "compiled": st["compiled_units"], "origins": st["origins"],
+                     "explain": trident.explain(fn)}
+out["warnings"] = [str(w.message) for w in rec if issubclass(w.category, RuntimeWarning)]
+print(json.dumps(out))
+'''
+
+
+class World:
+    """A cache holding this process's runtime build, the module, the driver, and process A's
+    records and builds (`self.root`), copied for each test."""
+
+    def __init__(self, d: Path):
+        self.d = d
+        self.src = d / "src"
+        self.src.mkdir()
+        (self.src / "pmod.py").write_text(MODULE)
+        (d / "driver.py").write_text(DRIVER)
+        self.root = d / "cache"
+        self.root.mkdir(mode=0o700)
+        (self.root / "runtime").mkdir(mode=0o700)
+        rt = Path(build.runtime_module().__file__).parent
+        shutil.copytree(rt, self.root / "runtime" / rt.name)
+
+    def run(self, root: Path, src: Path | None = None, **env) -> dict:
+        full = {k: v for k, v in os.environ.items() if k != "TRIDENT_CACHE"}
+        path = [str(src or self.src), str(Path(trident.__file__).parent.parent)]
+        full.update(env, TRIDENT_CACHE_DIR=str(root), PYTHONPATH=os.pathsep.join(
+            path + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+        proc = subprocess.run([sys.executable, str(self.d / "driver.py")], env=full,
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    w = World(tmp_path_factory.mktemp("persist"))
+    a = w.run(w.root)  # process A: captures and persists
+    for name in "fgh":
+        assert a[name]["captures"] == 1 and a[name]["origins"] == ["captured"], a[name]
+        assert "captured in this process" in a[name]["explain"]
+        assert "not persisted" not in a[name]["explain"], a[name]["explain"]
+    assert not a["warnings"], a["warnings"]
+    assert len(_records(w.root)) == 3
+    w.pristine = w.d / "pristine"
+    shutil.copytree(w.root, w.pristine)
+    return w
+
+
+@pytest.fixture
+def root(world):
+    """The cache as process A left it (at the same path: a linked SCM's build hash covers the
+    paths of its objects)."""
+    shutil.rmtree(world.root)
+    shutil.copytree(world.pristine, world.root)
+    return world.root
+
+
+def _records(root: Path) -> dict:
+    """qualname -> record folder."""
+    out = {}
+    for d in sorted((root / "persist").iterdir()):
+        if not d.name.startswith("."):
+            out[record._loads((d / record.RECORD).read_bytes())["qualname"]] = d
+    return out
+
+
+def test_a_new_process_serves_hits_from_disk_without_capture_or_compiler(world, root):
+    b = world.run(root, PERSIST_SEED="2")
+    for name in "fgh":
+        assert b[name]["captures"] == 0 and b[name]["hits"] == 2, b[name]
+        assert b[name]["compiled"] == [], b[name]  # every object and the SCM from the cache
+        assert b[name]["origins"] == ["disk"]
+        assert "version 0: loaded from disk" in b[name]["explain"]
+    assert not b["warnings"], b["warnings"]
+
+
+def test_a_changed_global_or_default_misses_that_version(world, root):
+    b = world.run(root, PERSIST_SCALE="3.0", PERSIST_K="5")
+    for name in "fg":  # the equality guards on SCALE and on k's default fail: captured again
+        assert b[name]["captures"] == 1 and b[name]["origins"] == ["disk", "captured"], b[name]
+    assert b["h"]["captures"] == 0 and b["h"]["origins"] == ["disk"]
+    assert not b["warnings"], b["warnings"]
+    # Both versions are persisted now: a third process serves either without a capture.
+    c = world.run(root, PERSIST_SCALE="3.0", PERSIST_K="5")
+    assert c["f"]["captures"] == 0 and c["f"]["origins"] == ["disk", "disk"], c["f"]
+
+
+def test_a_changed_body_or_helper_is_not_used(world, root, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    text = MODULE.replace("return x.sin() + 1", "return x.cos() + 1")  # f's helper
+    text = text.replace("gelu(x) * k", "gelu(x) * k * 2")  # g's own body: another key
+    assert text.count("cos") == 1 and text.count("* k * 2") == 1
+    (src / "pmod.py").write_text(text)
+    b = world.run(root, src)
+    assert b["f"]["captures"] == 1 and b["f"]["origins"] == ["captured"], b["f"]
+    assert "pmod.helper is not the code it was at the capture" in b["f"]["explain"]
+    assert b["g"]["captures"] == 1 and "not loaded" not in b["g"]["explain"], b["g"]
+    assert b["h"]["captures"] == 0
+    assert not b["warnings"], b["warnings"]
+
+
+def test_another_torch_version_does_not_use_the_record(world, root):
+    b = world.run(root, PERSIST_TORCH_STAMP="0.0.0+other")
+    for name in "fgh":
+        assert b[name]["captures"] == 1 and b[name]["origins"] == ["captured"], b[name]
+    assert not b["warnings"], b["warnings"]
+
+
+def test_a_tampered_record_warns_once_and_is_not_used(world, root):
+    rec = _records(root)
+    data = bytearray((rec["f"] / record.RECORD).read_bytes())
+    data[len(data) // 2] ^= 0xFF  # f: a flipped byte (its digest no longer matches)
+    (rec["f"] / record.RECORD).write_bytes(bytes(data))
+    garbage = b"\x80\x05not a record"  # g: garbage with a matching manifest
+    (rec["g"] / record.RECORD).write_bytes(garbage)
+    (rec["g"] / build.MANIFEST).write_text(json.dumps(
+        {"product": record.RECORD, "size": len(garbage),
+         "sha256": __import__("hashlib").sha256(garbage).hexdigest()}))
+    os.chmod(rec["h"], 0o777)  # h: a folder others can write to
+    b = world.run(root)
+    for name in "fgh":
+        assert b[name]["captures"] == 1 and b[name]["origins"] == ["captured"], b[name]
+    assert len(b["warnings"]) == 3, b["warnings"]
+    for name, why in (("f", "SHA-256"), ("g", "does not load"), ("h", "writable by group")):
+        [w] = [w for w in b["warnings"] if f"trident.jit({name})" in w]
+        assert "not loading the persisted versions" in w and why in w, w
+    # Removed and written again: the next process loads the new records, without a warning.
+    c = world.run(root)
+    assert all(c[n]["captures"] == 0 for n in "fgh") and not c["warnings"], c
+
+
+def test_trident_cache_off_neither_reads_nor_writes(world, root):
+    before = {p: p.stat().st_mtime_ns for p in (root / "persist").rglob("*")}
+    b = world.run(root, TRIDENT_CACHE="off")
+    for name in "fgh":
+        assert b[name]["captures"] == 1 and b[name]["origins"] == ["captured"], b[name]
+        assert "persistence: off" in b[name]["explain"]
+    assert {p: p.stat().st_mtime_ns for p in (root / "persist").rglob("*")} == before
+
+
+# -- in this process -----------------------------------------------------------------------------
+
+
+def _ctx(fn=None):
+    fn = fn or _host
+    return consts.Ctx(fn, fn.__globals__, __builtins__ if isinstance(__builtins__, dict)
+                        else __builtins__.__dict__)
+
+
+def _host(x):
+    return x
+
+
+def _plain(x):
+    return x + 1
+
+
+class _Color(__import__("enum").Enum):
+    RED = 1
+
+
+@pytest.mark.parametrize("obj", [None, True, 3, -0.5, float("nan"), "s", b"b", (1, "a"),
+                                 [1, 2], {"k": (1,)}, frozenset({1, 2}), torch.float16,
+                                 torch.device("cpu"), torch.strided, torch.Size([2, 3]),
+                                 torch.arange(6.0).view(2, 3), torch.nn.functional.relu,
+                                 torch.tensor, torch.Tensor, torch.Tensor.add, types.NoneType,
+                                 len, torch.nn, _Color.RED, _plain, sys.modules])
+def test_constants_are_re_resolved_by_name_or_value(obj):
+    ctx = _ctx()
+    back = consts.decode(record._loads(__import__("pickle").dumps(consts.encode(obj, ctx))),
+                           ctx)
+    if isinstance(obj, torch.Tensor):
+        assert torch.equal(back, obj) and back is not obj
+    elif isinstance(obj, (type(None), bool, int, float, str, bytes, tuple, list, dict, frozenset,
+                          torch.device, torch.Size)) and not isinstance(obj, _Color):
+        assert type(back) is type(obj) and (back == obj or obj != obj)
+    else:
+        assert back is obj
+
+
+@pytest.mark.parametrize("obj", [lambda x: x, (lambda: 0).__code__, object(),
+                                 torch.nn.Linear(2, 2)])
+def test_objects_without_a_name_are_not_persisted(obj):
+    with pytest.raises(consts.NoName):
+        consts.encode(obj, _ctx())
+
+
+def test_a_changed_function_by_the_same_name_does_not_resolve(monkeypatch):
+    node = consts.encode(_plain, _ctx())
+    assert node[0] == "ref" and node[1:3] == (__name__, "_plain")
+
+    def _plain2(x):
+        return x + 2
+
+    monkeypatch.setattr(sys.modules[__name__], "_plain", _plain2)
+    with pytest.raises(consts.Unresolved, match="not the code it was"):
+        consts.decode(node, _ctx())
+
+
+def test_the_key_covers_code_options_and_versions(monkeypatch):
+    def k(x):
+        return x * 2
+
+    def k2(x):
+        return x * 3
+
+    a = trident.jit(k)
+    key = pkey.function_key(_scm_of(a))
+    assert key == pkey.function_key(_scm_of(trident.jit(k)))
+    assert key != pkey.function_key(_scm_of(trident.jit(k, dynamic=False)))
+    k2.__qualname__ = k.__qualname__
+    assert key != pkey.function_key(_scm_of(trident.jit(k2)))
+    monkeypatch.setattr(pkey, "_torch_version", lambda: "0.0.0+other")
+    assert key != pkey.function_key(_scm_of(a))
+
+
+def test_a_process_does_not_load_its_own_records(h, tmp_path, monkeypatch):
+    def own(x):
+        return x - 1
+
+    build.runtime_module()
+    monkeypatch.setenv("TRIDENT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TRIDENT_CACHE", "on")
+    for _ in range(2):  # a second jit of the same function in this process captures again
+        f = trident.jit(own)
+        for _ in range(2):
+            h.check(f, own, h.rand(4))
+        st = trident.stats(f)
+        assert st["captures"] == 1 and st["origins"] == ["captured"]
+    assert "persistence: record" in trident.explain(f)
+    assert len(list((tmp_path / "cache" / "persist").iterdir())) == 1  # one per key: the newest
+    with config.scope(TRIDENT_CACHE="off"):
+        assert record.describe(_scm_of(f)).strip() == "persistence: off (TRIDENT_CACHE=off)"
+
+
+def test_a_record_holds_only_trident_classes_and_plain_builtins():
+    import pickle
+
+    with pytest.raises(pickle.UnpicklingError, match="not allowed"):
+        record._loads(pickle.dumps(io.BytesIO()))

@@ -1,0 +1,326 @@
+"""A version's constants as plain data, re-resolved in another process, never trusted.
+
+`encode` turns a pooled object into a node (a tuple whose first item says its kind); `decode`
+makes the object it stands for in this process:
+
+- by name: modules (`sys.modules`), classes, functions, builtins and other objects found at
+  their `__module__` and `__qualname__` (checked to be the object itself when encoded), enum
+  members, torch dtypes, layouts and memory formats, method descriptors of a class, an object
+  of the function's own module by its global name; the function itself, its code, its
+  globals and builtins, and `sys.modules` by what they are in the process.  A user function or
+  class (not of torch, Triton, Trident or the standard library, which the key covers) also
+  carries a fingerprint of its code (`fingerprint`): a helper whose body changed since the
+  capture does not resolve, although its identity guard would pass;
+- by value: None, bools, numbers, strings, bytes, torch.Size, devices, tuples, lists, sets,
+  dicts of those, and tensors (strided leaves, through `torch.save` / `torch.load(weights_only=
+  True)`).
+
+An object with no such name (a lambda, a local class, a code object that no pooled function
+owns, an instance, a Triton autotune resolver) raises `NoName`: its version is not persisted.
+A name that does not resolve in the new process raises `Unresolved`: that version is dropped.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import importlib
+import io
+import sys
+import types
+from dataclasses import dataclass
+
+import torch
+
+from .key import code_digest, canon
+
+
+# Modules whose code the key's versions cover (their objects need no fingerprint).
+_KEYED = {"torch", "triton", "trident", "builtins", "_trident_rt", "functorch"}
+_SIMPLE = (type(None), bool, int, float, complex, str, bytes)
+
+
+def _keyed(module) -> bool:
+    top = module.split(".")[0] if isinstance(module, str) else ""
+    return top in _KEYED or top in sys.stdlib_module_names
+
+
+def fingerprint(obj) -> str:
+    """A digest of the user code an object stands for: a function's code, a class's methods
+    and simple attributes over its MRO, an instance's class and wrapped function.  Code of
+    torch, Triton, Trident and the standard library counts by name only (the key covers it)."""
+    h = hashlib.sha256()
+    _fp(obj, h, 0)
+    return h.hexdigest()[:20]
+
+
+def _fp(obj, h, depth: int) -> None:
+    if depth > 8:
+        h.update(b"...")
+        return
+    if isinstance(obj, types.FunctionType):
+        h.update(f"F{obj.__module__}.{obj.__qualname__}".encode())
+        if not _keyed(obj.__module__):
+            h.update(code_digest(obj.__code__).encode())
+    elif isinstance(obj, (staticmethod, classmethod)):
+        h.update(b"S")
+        _fp(obj.__func__, h, depth + 1)
+    elif isinstance(obj, property):
+        for f in (obj.fget, obj.fset, obj.fdel):
+            _fp(f, h, depth + 1) if f is not None else h.update(b"-")
+    elif isinstance(obj, type):
+        for c in obj.__mro__:
+            h.update(f"C{c.__module__}.{c.__qualname__}".encode())
+            if _keyed(c.__module__):
+                continue
+            for name in sorted(vars(c)):
+                if name in ("__dict__", "__weakref__", "__doc__", "__module__", "__qualname__"):
+                    continue
+                v = vars(c)[name]
+                h.update(b"\0" + name.encode() + b"=")
+                if isinstance(v, (types.FunctionType, staticmethod, classmethod, property)):
+                    _fp(v, h, depth + 1)
+                elif type(v) in _SIMPLE or type(v) in (tuple, frozenset):
+                    h.update(canon(v).encode())
+                else:
+                    h.update(type(v).__qualname__.encode())
+    elif isinstance(obj, (types.BuiltinFunctionType, types.ModuleType)):
+        h.update(f"B{getattr(obj, '__name__', '')}".encode())  # C code or a module: by name
+    else:
+        h.update(b"I")
+        for attr in ("__wrapped__", "fn"):  # a decorator's function, a Triton JITFunction's
+            inner = getattr(obj, attr, None)
+            if isinstance(inner, types.FunctionType):
+                _fp(inner, h, depth + 1)
+        if not _keyed(type(obj).__module__):
+            _fp(type(obj), h, depth + 1)
+
+
+# -- constants: encoded as plain data, re-resolved on load ------------------------------------
+
+
+class NoName(Exception):
+    """An object that cannot be re-resolved in another process: its version is not persisted."""
+
+
+class Unresolved(Exception):
+    """A persisted name that does not resolve (or resolves to changed code) in this process."""
+
+
+@dataclass
+class Ctx:
+    """What the process-dependent nodes stand for: the SCM's function, its globals dict and
+    builtins, and (while encoding) the version's constant pool."""
+
+    fn: object
+    globals: dict
+    builtins: dict
+    pool: tuple = ()
+
+
+_TORCH_ENUMS = (torch.dtype, torch.layout, torch.memory_format)
+# Nodes that stand for an object by what it is in the process (not a copy of a value).
+BY_NAME = {"fn", "fn_code", "caller", "sys.modules", "builtins", "globals", "module", "moddict",
+            "ref", "global", "attr", "enum", "code_of", "torch"}
+
+
+def _caller_type():
+    from .. import eager
+
+    return getattr(eager, "_Caller", None)
+
+
+def _resolve(module: str, qualname: str, imports: bool = True):
+    """`module.qualname` (AttributeError, ImportError or KeyError if there is none).  Encoding
+    looks only in modules already imported; decoding imports, as unpickling does."""
+    obj = sys.modules.get(module)
+    if obj is None:
+        obj = importlib.import_module(module) if imports else sys.modules[module]
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def encode(obj, ctx: Ctx, depth: int = 0):
+    """The node of a pooled object (the module docstring lists them), or NoName."""
+    if depth > 32:
+        raise NoName("a constant nested too deeply")
+    if obj is ctx.fn:
+        return ("fn",)
+    if obj is getattr(ctx.fn, "__code__", None):
+        return ("fn_code",)
+    if obj is sys.modules:
+        return ("sys.modules",)
+    if obj is ctx.builtins:
+        return ("builtins",)
+    if obj is ctx.globals:
+        return ("globals",)
+    t = type(obj)
+    caller = _caller_type()
+    if caller is not None and t is caller and obj.fn is ctx.fn:
+        return ("caller",)
+    if t in _SIMPLE or obj is Ellipsis:
+        return ("atom", obj)
+    if t is torch.Size:
+        return ("size", tuple(obj))
+    if t in (tuple, list, set, frozenset):
+        return (t.__name__, tuple(encode(x, ctx, depth + 1) for x in obj))
+    if t is dict:
+        name = obj.get("__name__")
+        if isinstance(name, str) and getattr(sys.modules.get(name), "__dict__", None) is obj:
+            return ("moddict", name)
+        return ("dict", tuple((encode(k, ctx, depth + 1), encode(v, ctx, depth + 1))
+                              for k, v in obj.items()))
+    if t in _TORCH_ENUMS:
+        name = str(obj).removeprefix("torch.")
+        if getattr(torch, name, None) is obj:
+            return ("torch", name)
+        raise NoName(f"{obj!r} is not torch.{name}")
+    if t is torch.device:
+        return ("device", str(obj))
+    if t in (torch.Tensor, torch.nn.Parameter):
+        if obj.grad_fn is not None or obj.is_meta or obj.layout != torch.strided:
+            raise NoName("a tensor constant that is not a strided leaf")
+        buf = io.BytesIO()
+        torch.save(obj, buf)
+        return ("tensor", buf.getvalue())
+    if isinstance(obj, torch.Tensor):
+        raise NoName(f"a {t.__name__} constant")
+    if isinstance(obj, types.ModuleType):
+        if sys.modules.get(obj.__name__) is obj:
+            return ("module", obj.__name__)
+        raise NoName(f"module {obj.__name__} is not sys.modules[{obj.__name__!r}]")
+    if isinstance(obj, enum.Enum):
+        if t.__members__.get(obj.name) is obj:
+            return ("enum", encode(t, ctx, depth + 1), obj.name)
+        raise NoName(f"enum member {obj!r} has no name")
+    if t is types.CodeType:
+        owner = next((f for f in ctx.pool if isinstance(f, types.FunctionType)
+                      and f.__code__ is obj), None)
+        if owner is None:
+            raise NoName(f"code object {obj.co_qualname} belongs to no pooled function")
+        return ("code_of", encode(owner, ctx, depth + 1))
+    return _named(obj, ctx, depth)
+
+
+def _named(obj, ctx: Ctx, depth: int):
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if isinstance(module, str) and isinstance(qualname, str) and "<" not in qualname:
+        try:
+            found = _resolve(module, qualname, imports=False)
+        except Exception:  # noqa: BLE001 - not reachable by that name: try the others
+            found = None
+        if found is obj:
+            return ("ref", module, qualname, fingerprint(obj))
+        name = getattr(obj, "__name__", None)  # torch.tensor: _VariableFunctionsClass.tensor
+        if isinstance(name, str) and name != qualname and "<" not in name:
+            try:
+                found = _resolve(module, name, imports=False)
+            except Exception:  # noqa: BLE001
+                found = None
+            if found is obj:
+                return ("ref", module, name, fingerprint(obj))
+        if isinstance(obj, type) and getattr(types, qualname, None) is obj:
+            return ("ref", "types", qualname, fingerprint(obj))  # NoneType, ...
+    owner = getattr(obj, "__self__", None)  # a builtin function of a C module
+    name = getattr(obj, "__name__", None)
+    if isinstance(owner, types.ModuleType) and isinstance(name, str) \
+            and getattr(owner, name, None) is obj:
+        return ("attr", encode(owner, ctx, depth + 1), name)
+    owner = getattr(obj, "__objclass__", None)  # a method descriptor of a class
+    if isinstance(owner, type) and isinstance(name, str) and vars(owner).get(name) is obj:
+        return ("attr", encode(owner, ctx, depth + 1), name)
+    for k, v in ctx.globals.items():  # an object of the function's module, by its global name
+        if v is obj and isinstance(k, str) and k.isidentifier() and not k.startswith("__"):
+            return ("global", k, fingerprint(obj))
+    desc = repr(obj)
+    desc = desc if len(desc) <= 60 else desc[:57] + "..."
+    raise NoName(f"{desc} ({type(obj).__qualname__}) has no name to re-resolve it by")
+
+
+def decode(node, ctx: Ctx):
+    """The object a node stands for in this process, or Unresolved."""
+    tag = node[0]
+    if tag == "atom":
+        return node[1]
+    if tag in ("tuple", "list", "set", "frozenset"):
+        items = [decode(x, ctx) for x in node[1]]
+        return {"tuple": tuple, "list": list, "set": set, "frozenset": frozenset}[tag](items)
+    if tag == "dict":
+        return {decode(k, ctx): decode(v, ctx) for k, v in node[1]}
+    if tag == "size":
+        return torch.Size(node[1])
+    if tag == "torch":
+        obj = getattr(torch, node[1], None)
+        if type(obj) not in _TORCH_ENUMS:
+            raise Unresolved(f"torch.{node[1]} is not a dtype, layout or memory format here")
+        return obj
+    if tag == "device":
+        return torch.device(node[1])
+    if tag == "tensor":
+        t = torch.load(io.BytesIO(node[1]), weights_only=True)
+        if type(t) not in (torch.Tensor, torch.nn.Parameter):
+            raise Unresolved(f"a tensor constant loaded as {type(t).__name__}")
+        return t
+    if tag == "fn":
+        return ctx.fn
+    if tag == "fn_code":
+        return ctx.fn.__code__
+    if tag == "caller":
+        return _caller_type()(ctx.fn)
+    if tag == "sys.modules":
+        return sys.modules
+    if tag == "builtins":
+        return ctx.builtins
+    if tag == "globals":
+        return ctx.globals
+    if tag == "module":
+        return load_module(node[1])
+    if tag == "moddict":
+        return load_module(node[1]).__dict__
+    if tag == "ref":
+        _, module, qualname, fp = node
+        try:
+            obj = _resolve(module, qualname)
+        except Exception as e:  # noqa: BLE001 - any failure to import or find it is a miss
+            raise Unresolved(f"{module}.{qualname} does not resolve "
+                             f"({type(e).__name__}: {e})") from None
+        _check_fingerprint(obj, fp, f"{module}.{qualname}")
+        return obj
+    if tag == "global":
+        _, name, fp = node
+        if name not in ctx.globals:
+            raise Unresolved(f"global {name!r} is not defined")
+        obj = ctx.globals[name]
+        _check_fingerprint(obj, fp, f"global {name!r}")
+        return obj
+    if tag == "attr":
+        owner = decode(node[1], ctx)
+        obj = vars(owner).get(node[2]) if isinstance(owner, type) else None
+        if obj is None:
+            try:
+                obj = getattr(owner, node[2])
+            except AttributeError:
+                raise Unresolved(f"{owner!r} has no {node[2]!r}") from None
+        return obj
+    if tag == "enum":
+        cls = decode(node[1], ctx)
+        try:
+            return cls.__members__[node[2]]
+        except (AttributeError, KeyError):
+            raise Unresolved(f"{cls!r} has no member {node[2]!r}") from None
+    if tag == "code_of":
+        return decode(node[1], ctx).__code__
+    raise Unresolved(f"unknown constant kind {tag!r}")
+
+
+def load_module(name: str):
+    try:
+        return sys.modules.get(name) or importlib.import_module(name)
+    except Exception as e:  # noqa: BLE001 - an import that fails here is a miss
+        raise Unresolved(f"module {name} does not import ({type(e).__name__}: {e})") from None
+
+
+def _check_fingerprint(obj, fp, what: str) -> None:
+    if fingerprint(obj) != fp:
+        raise Unresolved(f"{what} is not the code it was at the capture")

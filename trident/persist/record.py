@@ -1,0 +1,385 @@
+"""Persisted SCMs: the records, and restoring and saving a function's versions.
+
+After each install (`SCM._install`), `save` writes what a new process needs to serve a
+function's versions without Dynamo: each version's host IR (guards, program, result, notes,
+reason), its constant pool as plain data (`consts.encode`) and the digest of its C unit, in a
+record under the build cache: `<cache>/persist/<key>-<time_ns>-<pid>/record.pkl`, written and
+verified as a build's product is (`build.store` / `build.read_verified`: a private folder
+renamed into place, fsynced, a manifest with the SHA-256, folders 0700 and ours; see
+docs/cache.md).  One record per key: a writer removes the older ones.
+
+`restore` runs at a function's first miss in a process: it reads the newest record of its key
+(`key.function_key`), re-resolves each version's constants (`consts.decode`; a version whose
+names do not resolve is dropped), regenerates their C (the same text as the capturing
+process's, so `build_scm` finds every object and the linked SCM in the cache and compiles
+nothing) and installs them.  A record that does not verify or load is removed with one
+warning; any other failure is a miss with one warning, never a crash.  A process does not load
+the records it wrote itself (its behaviour stays what it was), and loads at most half of the
+function's recompile limit (`loadable`).  `TRIDENT_CACHE=off` turns both directions off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import logging
+import os
+import pickle
+import secrets
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import config
+from ..ir import nodes as ir
+from ..native import build
+from .consts import BY_NAME, Ctx, NoName, Unresolved, decode, encode, load_module
+from .key import FORMAT, environment, function_key
+
+log = logging.getLogger("trident")
+
+KIND = "persist"  # the build cache's kind folder of records
+RECORD = "record.pkl"
+# This process, so that it does not load its own records.
+_PROCESS = secrets.token_hex(8)
+
+
+# -- versions ------------------------------------------------------------------------------------
+
+
+def _walk(node, out: dict) -> None:
+    """Collect the global names, pooled objects used as sources and identity-guarded constants
+    of a version's guards, program and result."""
+    if isinstance(node, (tuple, list)):
+        for x in node:
+            _walk(x, out)
+        return
+    if not dataclasses.is_dataclass(node) or isinstance(node, type):
+        return
+    if isinstance(node, ir.Global):
+        out["globals"].add(node.name)
+    elif isinstance(node, ir.ConstObj):
+        out["objects"].add(node.index)
+    elif isinstance(node, ir.IdMatch):
+        out["identity"].add(node.const)
+    for f in dataclasses.fields(node):
+        if f.name != "consts":
+            _walk(getattr(node, f.name), out)
+
+
+# Dynamo's aliases of modules in the function's globals (`import_source`): made again here.
+_IMPORT_ALIAS = "__import_"
+
+
+def encode_version(v: ir.Version, ctx: Ctx, unit_text: str | None) -> bytes:
+    """A version as the bytes of its record entry, or NoName where it cannot be persisted."""
+    ctx = dataclasses.replace(ctx, pool=v.consts)
+    seen = {"globals": set(), "identity": set(), "objects": set()}
+    _walk((v.guards, v.program, v.output), seen)
+    consts = [encode(c, ctx) for c in v.consts]
+    # An object compared by identity, or read as a source (a live object), must be found by
+    # name again; a pooled tensor (a graph constant the program loads) may be a copy.
+    for i in seen["identity"] | seen["objects"]:
+        node = consts[i] if 0 <= i < len(consts) else ("atom", 0)
+        if node[0] not in BY_NAME and not (
+                node[0] == "atom" and any(node[1] is x for x in (None, True, False, Ellipsis))
+        ) and not (node[0] == "tensor" and i not in seen["identity"]):
+            raise NoName(f"K[{i}] is compared by identity or read as a source and is a "
+                         "value, not a name")
+    installed = {}
+    for name in sorted(seen["globals"]):
+        if name.startswith(_IMPORT_ALIAS) and name in ctx.globals:
+            node = encode(ctx.globals[name], ctx)
+            if node[0] != "module":
+                raise NoName(f"global {name} is not a module")
+            installed[name] = node
+        elif name.startswith("__trident_globals_"):
+            raise NoName(f"global {name} aliases another module's globals by address")
+    entry = {"ir": dataclasses.replace(v, consts=()), "consts": tuple(consts),
+             "installed": installed,
+             "unit": hashlib.sha256(unit_text.encode()).hexdigest() if unit_text else None}
+    return pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def decode_version(blob: bytes, ctx: Ctx, index: int) -> tuple:
+    """(version renumbered to `index`, the globals to install, its unit's text digest,
+    whether it kept its index)."""
+    entry = _loads(blob)
+    v = entry["ir"]
+    if not isinstance(v, ir.Version):
+        raise Unresolved("not a version")
+    consts = tuple(decode(n, ctx) for n in entry["consts"])
+    installed = {name: decode(n, ctx) for name, n in entry["installed"].items()}
+    for name, obj in installed.items():
+        if ctx.globals.get(name, obj) is not obj:
+            raise Unresolved(f"global {name} is another object here")
+    same = v.index == index
+    return dataclasses.replace(v, consts=consts, index=index), installed, entry["unit"], same
+
+
+_BUILTINS = {"set", "frozenset", "complex", "slice", "range", "Ellipsis", "NotImplemented"}
+
+
+class _Unpickler(pickle.Unpickler):
+    """Trident's IR classes and plain builtins only (the record is verified before this reads
+    it; the allow-list keeps a record to what `save` writes)."""
+
+    def find_class(self, module, name):
+        if (module == "builtins" and name in _BUILTINS) or module == "trident" \
+                or module.startswith("trident."):
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a record")
+
+
+def _loads(data: bytes):
+    return _Unpickler(io.BytesIO(data)).load()
+
+
+# -- records ------------------------------------------------------------------------------------
+
+
+@dataclass
+class _State:
+    """Per SCM (`scm._persist`): what persistence knows of its versions."""
+
+    tried: bool = False       # restore ran (it runs once, at the first miss)
+    restoring: bool = False
+    key: str | None = None
+    # id(version) -> (version, record entry or None, why it is not persisted)
+    entries: dict = field(default_factory=dict)
+    loaded: dict = field(default_factory=dict)  # id(version) -> version, loaded from disk
+    record: Path | None = None  # the record loaded or last written
+    content: str | None = None  # digest of its versions
+    dropped: list = field(default_factory=list)  # why recorded versions were not loaded
+    notes: list = field(default_factory=list)
+    warned: bool = False
+
+
+def _state(scm) -> _State:
+    st = scm.__dict__.get("_persist")
+    if st is None:
+        st = scm.__dict__["_persist"] = _State()
+    return st
+
+
+def _key(scm, st: _State) -> str:
+    if st.key is None:
+        st.key = function_key(scm)
+    return st.key
+
+
+def _ctx(scm) -> Ctx:
+    g = scm.globals
+    b = g.get("__builtins__", __builtins__)
+    return Ctx(scm.fn, g, b if isinstance(b, dict) else b.__dict__)
+
+
+def _records(key: str) -> list[Path]:
+    """The record folders of `key`, newest first."""
+    d = build.cache_root() / KIND
+    try:
+        names = [e.name for e in os.scandir(d) if e.name.startswith(key + "-")]
+    except OSError:
+        return []
+
+    def when(name: str) -> int:
+        try:
+            return int(name.split("-")[1])
+        except (IndexError, ValueError):
+            return -1
+
+    return [d / n for n in sorted(names, key=when, reverse=True)]
+
+
+def _warn(scm, st: _State, text: str) -> None:
+    if not st.warned:
+        st.warned = True
+        warnings.warn(f"trident.jit({scm.fn.__qualname__}): {text}", RuntimeWarning,
+                      stacklevel=4)
+
+
+def _read(scm, st: _State, key: str):
+    """The newest record of `key` that verifies, as (folder, head), or None.  A record that
+    does not verify or load is removed, with one warning."""
+    for folder in _records(key):
+        data, why = build.read_verified(folder, RECORD)
+        head = None
+        if data is not None:
+            try:
+                head = _loads(data)
+                if head.get("format") != FORMAT or head.get("key") != key:
+                    why, head = "it was written for another key or format", None
+            except Exception as e:  # noqa: BLE001 - a record that does not load is a miss
+                why, head = f"it does not load ({type(e).__name__}: {e})", None
+        if head is None:
+            _warn(scm, st, f"not loading the persisted versions in {folder}: {why} "
+                           "(removed; the function is captured again)")
+            build.discard(folder)
+            continue
+        if head.get("process") == _PROCESS:
+            return None  # this process's own record
+        return folder, head
+    return None
+
+
+def loadable(max_versions: int) -> int:
+    """How many of a record's versions a process loads: the first half of its recompile limit,
+    so that a process whose calls differ from the writer's can still capture its own before the
+    limit (loaded versions count against it) makes the function run eagerly."""
+    return max(1, max_versions // 2)
+
+
+def restore(scm) -> bool:
+    """On the first miss of `scm` in this process, install the versions an earlier process
+    persisted for it.  True if versions were installed (the caller then calls the function
+    again); False for a miss as before (no record, TRIDENT_CACHE=off, or a failure, which
+    warns once)."""
+    st = _state(scm)
+    if st.tried:
+        return False
+    st.tried = True
+    if scm.versions or scm.fallback_reason is not None or not config.persist():
+        return False
+    t0 = time.perf_counter()
+    old_globals = scm.globals
+    try:
+        key = _key(scm, st)
+        found = _read(scm, st, key)
+        if found is None:
+            return False
+        folder, head = found
+        if head.get("globals") is not None:
+            scm.globals = load_module(head["globals"]).__dict__
+        ctx = _ctx(scm)
+        versions, units, installs, kept = [], [], {}, []
+        for i, blob in enumerate(head["versions"][:loadable(scm.options.max_versions)]):
+            try:
+                v, inst, unit, same = decode_version(blob, ctx, len(versions))
+            except Exception as e:  # noqa: BLE001 - that version is captured again
+                st.dropped.append(f"version {i} of the record: {type(e).__name__}: {e}")
+                continue
+            versions.append(v)
+            units.append(unit)
+            installs.update(inst)
+            kept.append((same, blob))
+        if not versions:
+            scm.globals = old_globals
+            return False
+        for name, obj in installs.items():  # Dynamo's module aliases, as its captures make
+            ctx.globals.setdefault(name, obj)
+        t1 = time.perf_counter()
+        st.restoring = True
+        try:
+            scm._install(versions)
+        finally:
+            st.restoring = False
+        t2 = time.perf_counter()
+    except Exception as e:  # noqa: BLE001 - a load failure is a miss, never a crash
+        scm.globals = old_globals
+        log.debug("trident: restoring %s failed", scm.fn.__qualname__, exc_info=True)
+        _warn(scm, st, f"not using the persisted versions: {type(e).__name__}: {e}")
+        return False
+    st.record = folder
+    n = len(versions)
+    for v, (same, blob) in zip(versions, kept):
+        st.loaded[id(v)] = v
+        if same:
+            st.entries[id(v)] = (v, blob, None)
+    for v, u, want in zip(scm.versions, getattr(scm, "_units", ()), units):
+        if want is not None and hashlib.sha256(u.text.encode()).hexdigest() != want:
+            st.notes.append(f"version {v.index}'s regenerated C differs from the capturing "
+                            "process's (so its object is not the cached one)")
+    st.content = head.get("content") if len(kept) == len(head["versions"]) and all(
+        s for s, _ in kept) else None
+    if head.get("static") and scm.static_after is None:
+        scm.static_after = 0
+    scm.stats.compile_seconds.extend(
+        {"capture": 0.0, "guards_ir": (t1 - t0) / n, "build": (t2 - t1) / n} for _ in range(n))
+    log.info("trident: %s: %d version(s) loaded from %s in %.3f s", scm.fn.__qualname__, n,
+             folder, t2 - t0)
+    return True
+
+
+def save(scm) -> None:
+    """Persist the versions of `scm` (after an install).  Never raises: a failure warns once."""
+    st = _state(scm)
+    if st.restoring or not scm.versions or not config.persist():
+        return
+    try:
+        ctx = _ctx(scm)
+        units = list(getattr(scm, "_units", ()))
+        units += [None] * (len(scm.versions) - len(units))
+        blobs = []
+        for v, u in zip(scm.versions, units):
+            e = st.entries.get(id(v))
+            if e is None or e[0] is not v:
+                try:
+                    e = (v, encode_version(v, ctx, u.text if u is not None else None), None)
+                except NoName as why:
+                    e = (v, None, str(why))
+                st.entries[id(v)] = e
+            if e[1] is not None:
+                blobs.append(e[1])
+        live = {id(v) for v in scm.versions}
+        for k in [k for k in st.entries if k not in live]:
+            del st.entries[k]
+        if not blobs:
+            return
+        globals_name = None
+        if scm.globals is not scm.fn.__globals__:
+            globals_name = scm.globals.get("__name__")
+            if getattr(sys.modules.get(globals_name), "__dict__", None) is not scm.globals:
+                return  # the SCM's globals have no name to find them by
+        h = hashlib.sha256(repr((globals_name, scm.static_after is not None)).encode())
+        for b in blobs:
+            h.update(hashlib.sha256(b).digest())
+        content = h.hexdigest()
+        if content == st.content:
+            return
+        key = _key(scm, st)
+        head = {"format": FORMAT, "key": key, "module": scm.fn.__module__,
+                "qualname": scm.fn.__qualname__, "content": content, "versions": blobs,
+                "globals": globals_name, "static": scm.static_after is not None,
+                "process": _PROCESS, "pid": os.getpid(), "written": time.time(),
+                "environment": environment()}
+        data = pickle.dumps(head, protocol=pickle.HIGHEST_PROTOCOL)
+        folder = build.store(KIND, f"{key}-{time.time_ns()}-{os.getpid()}", RECORD, data)
+        for old in _records(key):  # one record per key: the newest
+            if old != folder:
+                build.discard(old)
+        st.record, st.content = folder, content
+    except Exception as e:  # noqa: BLE001 - persisting must never cost the call
+        log.debug("trident: persisting %s failed", scm.fn.__qualname__, exc_info=True)
+        _warn(scm, st, f"could not persist its versions: {type(e).__name__}: {e}")
+
+
+# -- seeing inside ------------------------------------------------------------------------------
+
+
+def origins(scm) -> list[str]:
+    """Per version: "disk" (loaded from a record an earlier process wrote) or "captured"."""
+    st = scm.__dict__.get("_persist")
+    loaded = st.loaded if st is not None else {}
+    return ["disk" if loaded.get(id(v)) is v else "captured" for v in scm.versions]
+
+
+def describe(scm) -> str:
+    """The lines `trident.explain` adds: each version's origin, and the record."""
+    st = scm.__dict__.get("_persist")
+    if not config.persist():
+        return "\n  persistence: off (TRIDENT_CACHE=off)"
+    out = [f"  persistence: record {st.record if st and st.record else '(none)'}"]
+    for v, origin in zip(scm.versions, origins(scm)):
+        e = st.entries.get(id(v)) if st is not None else None
+        line = (f"    version {v.index}: "
+                + ("loaded from disk" if origin == "disk" else "captured in this process"))
+        if e is not None and e[0] is v and e[1] is None:
+            line += f"; not persisted: {e[2]}"
+        out.append(line)
+    if st is not None:
+        out.extend(f"    not loaded: {d}" for d in st.dropped)
+        out.extend(f"    note: {n}" for n in st.notes)
+    return "\n" + "\n".join(out)
