@@ -48,7 +48,7 @@ from .. import config
 from ..errors import BuildError
 
 RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
-KINDS = ("obj", "runtime", "scm")
+KINDS = ("obj", "persist", "runtime", "scm")
 MANIFEST = "manifest.json"
 # A temporary folder (`.<hash>-*`) older than this was left by a killed build.
 STALE_SECONDS = 3600
@@ -252,6 +252,71 @@ def discard_scm(so) -> None:
     _discard(folder)
 
 
+# -- stored products (persisted SCM records: trident/persist/) ------------------------------------
+
+
+def store(kind: str, name: str, product: str, data: bytes) -> Path:
+    """Write `data` as the product `product` of the new folder `<cache>/<kind>/<name>/`, as a
+    build is written: in a private folder (0700) of the kind folder, product and manifest
+    fsynced, then renamed into place, so no process sees it half written.  Returns the folder;
+    FileExistsError if `name` is taken."""
+    kind_dir = cache_root() / kind
+    _make_dir(kind_dir)
+    _remove_stale(kind_dir)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=kind_dir))
+    try:
+        fd = os.open(tmp / product, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.lseek(fd, 0, os.SEEK_SET)  # _seal hashes from here
+        except BaseException:
+            os.close(fd)
+            raise
+        key = _seal(tmp, fd, product)
+        out = kind_dir / name
+        if os.path.lexists(out):
+            raise FileExistsError(out)
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _fsync_dir(kind_dir)
+    _verified[out / product] = key
+    _grew(kind_dir.parent, out)
+    return out
+
+
+def read_verified(folder: Path, product: str) -> tuple[bytes | None, str | None]:
+    """The bytes of `folder/product` once verified as a build's product is (`_problem`: a
+    folder and files of ours, size and SHA-256 as its manifest records; the bytes read are
+    hashed again), and None; or None and why it must not be used.  A use touches the
+    manifest (least recently used eviction)."""
+    path = folder / product
+    why = _problem(folder, path)
+    if why is not None:
+        return None, why
+    try:
+        data = _read_own(path)
+        want = json.loads(_read_own(folder / MANIFEST) or b"{}").get("sha256")
+    except (OSError, ValueError) as e:
+        return None, f"it cannot be read ({type(e).__name__}: {e})"
+    if data is None or hashlib.sha256(data).hexdigest() != want:
+        return None, f"{product} changed after it was verified"
+    _touch(folder / MANIFEST)
+    return data, None
+
+
+def discard(folder: Path) -> bool:
+    """Remove a folder of a kind folder of this cache (renamed aside first, as eviction does).
+    False for a path elsewhere or a folder already gone."""
+    folder = Path(folder)
+    if folder.parent.parent != cache_root() or folder.parent.name not in KINDS:
+        return False
+    return _discard(folder)
+
+
 def _warn_rebuilt(out_dir: Path, why: str) -> None:
     with _state:
         if out_dir in _warned:
@@ -329,6 +394,12 @@ def _compile(kind_dir: Path, tag: str, files: dict, cmd_for, what: str,
         fd = os.open(tmp / name, os.O_RDONLY | os.O_NOFOLLOW)
     except FileNotFoundError:
         raise BuildError(what, cmd, log + f"\n(the compiler wrote no {name})") from None
+    return tmp, _seal(tmp, fd, name)
+
+
+def _seal(tmp: Path, fd: int, name: str) -> tuple:
+    """fsync the product `name` (open as `fd`, which this closes), write its manifest beside it
+    (a temporary name, fsync, rename) and fsync the folder.  Returns its `_verified` key."""
     try:
         os.fsync(fd)
         st = os.fstat(fd)
@@ -343,7 +414,7 @@ def _compile(kind_dir: Path, tag: str, files: dict, cmd_for, what: str,
         os.fsync(f.fileno())
     os.rename(part, tmp / MANIFEST)
     _fsync_dir(tmp)
-    return tmp, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, sha)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, sha)
 
 
 def _fsync_dir(path: Path) -> None:
