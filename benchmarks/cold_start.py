@@ -1,0 +1,246 @@
+"""Cold start from a warm disk cache (CPU): a fresh process's time to its first results.
+
+    python benchmarks/cold_start.py [--runs 5] [--out FILE]
+
+Three small functions (silu(x) * w, an RMS norm, relu(x @ w + b) on (64, 256) float32 CPU
+tensors) live in a module written to a temporary folder.  Each measured run is a fresh Python
+process that imports torch (not timed), then starts the clock, imports what it needs and the
+module, and calls each function once on fresh inputs:
+
+- `trident`: `@trident.jit`, with the records and builds an earlier process left
+  (docs/cache.md): the first call of each function loads its versions from disk and is a native
+  hit (the child checks: 0 captures, hits > 0, no C unit compiled);
+- `trident, TRIDENT_CACHE=off`: the same, but each function is captured again by Dynamo (its C
+  objects still come from the build cache): what persistence saves;
+- `torch.compile`: the default (Inductor) backend with its on-disk caches warm (FX graph cache,
+  AOTAutograd cache, in their own TORCHINDUCTOR_CACHE_DIR): Dynamo still traces each function
+  in every new process.
+
+Reported per mode: the median over the runs of each function's first call, of the import (for
+Trident: `import trident` and the module, whose `trident.jit` loads the runtime), and of the
+total from the clock's start to the last function's first result.  Before the measured runs,
+each mode runs twice to fill its caches.  Results go to benchmarks/results/latest/cold_start.md
+unless --out says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NAMES = ("silu_mul", "rms_norm", "mlp")
+
+MODULE = '''
+import os
+
+import torch
+
+if os.environ["COLD_MODE"] == "compile":
+    wrap = torch.compile
+else:
+    import trident
+
+    wrap = trident.jit
+
+
+@wrap
+def silu_mul(x, w):
+    return torch.nn.functional.silu(x) * w
+
+
+@wrap
+def rms_norm(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+@wrap
+def mlp(x, w, b):
+    return torch.relu(x @ w + b)
+
+
+def inputs(name):
+    x = torch.randn(64, 256)
+    if name == "mlp":
+        return x, torch.randn(256, 256), torch.randn(256)
+    return x, torch.randn(256)
+'''
+
+CHILD = '''
+import json, os, sys, time
+
+import torch
+
+mode = os.environ["COLD_MODE"]
+t0 = time.perf_counter()
+if mode != "compile":
+    import trident
+import cold_start_fns as m
+
+t_import = time.perf_counter()
+out = {"import_ms": 1e3 * (t_import - t0), "first_ms": {}, "checks": {}}
+torch.manual_seed(int(os.environ.get("COLD_SEED", "0")))
+args = {name: m.inputs(name) for name in NAMES}
+t_args = time.perf_counter() - t_import  # not counted: input generation
+for name in NAMES:
+    fn = getattr(m, name)
+    t = time.perf_counter()
+    r = fn(*args[name])
+    out["first_ms"][name] = 1e3 * (time.perf_counter() - t)
+out["total_ms"] = 1e3 * (time.perf_counter() - t0 - t_args)
+for name in NAMES:
+    fn = getattr(m, name)
+    eager = fn.__wrapped__ if mode != "compile" else fn._torchdynamo_orig_callable
+    torch.testing.assert_close(fn(*args[name]), eager(*args[name]))
+    if mode != "compile":
+        st = trident.stats(fn)
+        out["checks"][name] = {"captures": st["captures"], "hits": sum(st["hits"]),
+                               "compiled": st["compiled_units"], "origins": st.get("origins")}
+out["dynamo_imported"] = "torch._dynamo" in sys.modules and mode != "compile"
+print(json.dumps(out))
+'''.replace("NAMES", repr(NAMES))
+
+MODES = {"trident": {"COLD_MODE": "trident", "TRIDENT_CACHE": "on"},
+         "trident_off": {"COLD_MODE": "trident", "TRIDENT_CACHE": "off"},
+         "compile": {"COLD_MODE": "compile"}}
+TITLES = {"trident": "Trident, from disk", "trident_off": "Trident, TRIDENT_CACHE=off",
+          "compile": "torch.compile, caches warm"}
+
+
+def _child(work: Path, mode: str, seed: int) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRIDENT_", "TORCHINDUCTOR_"))}
+    path = os.pathsep.join([str(work), str(ROOT)] + [os.environ.get("PYTHONPATH", "")])
+    env.update(MODES[mode], COLD_SEED=str(seed), PYTHONPATH=path.rstrip(os.pathsep),
+               TRIDENT_CACHE_DIR=str(work / "trident_cache"),
+               TORCHINDUCTOR_CACHE_DIR=str(work / "inductor_cache"),
+               TORCHINDUCTOR_FX_GRAPH_CACHE="1", TORCHINDUCTOR_AUTOGRAD_CACHE="1")
+    proc = subprocess.run([sys.executable, str(work / "child.py")], env=env, cwd=work,
+                          capture_output=True, text=True, timeout=600, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"{mode} child failed:\n{proc.stdout}\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "latest"
+                                         / "cold_start.md"))
+    a = ap.parse_args()
+
+    sys.path.insert(0, str(ROOT))
+    import torch
+
+    from trident.native import build
+
+    work = Path(tempfile.mkdtemp(prefix="trident_cold_start_"))
+    (work / "cold_start_fns.py").write_text(MODULE)
+    (work / "child.py").write_text(CHILD)
+    cache = work / "trident_cache"
+    (cache / "runtime").mkdir(parents=True, mode=0o700)
+    os.chmod(cache, 0o700)
+    rt = Path(build.runtime_module().__file__).parent  # not rebuilt in the children
+    shutil.copytree(rt, cache / "runtime" / rt.name)
+    try:
+        warm = {m: [_child(work, m, seed) for seed in (100, 101)] for m in ("trident", "compile")}
+        runs = {m: [] for m in MODES}
+        for i in range(a.runs):  # interleaved, so that drift in the machine's load hits all
+            for m in MODES:
+                runs[m].append(_child(work, m, i))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    bad = [(m, r["checks"]) for m in ("trident",) for r in runs[m]
+           if any(c["captures"] or not c["hits"] or c["compiled"] for c in r["checks"].values())]
+    report = _report(a, torch, warm, runs, bad)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(report)
+    print(report)
+
+
+def _median(rows, get) -> float:
+    return statistics.median(get(r) for r in rows)
+
+
+def _report(a, torch, warm, runs, bad) -> str:
+    med = {m: {"import": _median(rs, lambda r: r["import_ms"]),
+               "total": _median(rs, lambda r: r["total_ms"]),
+               **{n: _median(rs, lambda r, n=n: r["first_ms"][n]) for n in NAMES}}
+           for m, rs in runs.items()}
+    lines = [
+        "# Cold start from a warm disk cache (CPU)", "",
+        f"- date: {datetime.date.today()}",
+        f"- commit: {_commit()}",
+        f"- machine: {_machine(torch)}",
+        f"- command: `python benchmarks/cold_start.py --runs {a.runs}`",
+        "- method: each run is a fresh process; torch is imported before the clock starts; "
+        "per mode the median of the runs (modes interleaved), after two warm-up runs per mode "
+        "that fill Trident's records and builds and Inductor's FX graph and AOTAutograd "
+        "caches. Inputs: (64, 256) float32 CPU tensors.",
+        "- first call: the function's first call in the process (Trident from disk: the "
+        "record loaded, its C regenerated, every object and the linked SCM found in the "
+        "cache, the SCM loaded, then the call served natively); import: `import trident` and "
+        "the module (its `trident.jit`s load the runtime), or the module alone for "
+        "torch.compile; total: clock start to the last function's first result.",
+        "",
+        "| ms (median) | " + " | ".join(TITLES[m] for m in MODES) + " | torch.compile / Trident |",
+        "|---|" + "---:|" * (len(MODES) + 1),
+    ]
+    for key in ("import", *NAMES, "total"):
+        label = {"import": "import", "total": "**total**"}.get(key, f"first call: `{key}`")
+        ratio = med["compile"][key] / med["trident"][key] if med["trident"][key] else 0
+        lines.append(f"| {label} | " + " | ".join(f"{med[m][key]:.1f}" for m in MODES)
+                     + (f" | {ratio:.1f}x |" if key != "import" else " | |"))
+    per_fn = [med["trident"][n] for n in NAMES]
+    lines += ["",
+              f"- Trident from disk: first call per function {min(per_fn):.1f}-{max(per_fn):.1f} "
+              f"ms (goal <= 100 ms); total {med['trident']['total']:.0f} ms against "
+              f"torch.compile's {med['compile']['total']:.0f} ms "
+              f"({med['compile']['total'] / med['trident']['total']:.1f}x; goal >= 10x).",
+              "- checks: " + ("every Trident-from-disk run served each function's first call "
+                              "with 0 captures, hits > 0 and no C unit compiled; Dynamo was "
+                              f"{'imported' if any(r['dynamo_imported'] for r in runs['trident']) else 'never imported'} "
+                              "in those processes" if not bad else f"FAILED: {bad}"),
+              "- warm-up runs (ms, total): " + "; ".join(
+                  f"{TITLES[m]}: " + ", ".join(f"{r['total_ms']:.0f}" for r in rs)
+                  for m, rs in warm.items()),
+              "- all runs (ms, total): " + "; ".join(
+                  f"{TITLES[m]}: " + ", ".join(f"{r['total_ms']:.0f}" for r in rs)
+                  for m, rs in runs.items()), ""]
+    return "\n".join(lines)
+
+
+def _commit() -> str:
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no",
+                                "trident"], cwd=ROOT, capture_output=True, text=True).stdout
+        return rev + (" (with uncommitted changes under trident/)" if dirty.strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _machine(torch) -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (f"{platform.platform()}; {cpu}; nproc={os.cpu_count()}; torch {torch.__version__}; "
+            f"Python {platform.python_version()}")
+
+
+if __name__ == "__main__":
+    main()
