@@ -114,7 +114,7 @@ def main() -> None:
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()
-    lines = [f"# GIL: a second thread's progress while a jitted function runs",
+    lines = ["# GIL: a second thread's progress while a jitted function runs",
              "",
              f"- date: {_dt.date.today()}  commit: {commit}  machine: {platform.node()} "
              f"({platform.processor() or platform.machine()}, {os.cpu_count()} cores), "

@@ -186,7 +186,7 @@ def launch_params(res: Resolved, args: dict, rt) -> list:
 # ------------------------------------------------------------ selection
 
 # trt_launch_param kinds, trt_launch_key kinds and transforms (runtime/trident_rt.h)
-from ..abi import KEY_CODES, PARAM_CODES, TRANSFORM_CODES  # noqa: E402,F401
+from ..abi import KEY_CODES, PARAM_CODES, TRANSFORM_CODES  # noqa: F401
 _BUCKET_LIMIT = 1 << 40
 _MISSING = object()
 
