@@ -15,6 +15,7 @@ capture: Trident's SCM, not Dynamo, decides which version runs.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import threading
@@ -740,6 +741,8 @@ def _describe_return(tx, gm, stores=(), fn=None):
     from torch._dynamo.variables.lists import SizeVariable
     from torch._dynamo.variables.user_defined import UserDefinedObjectVariable
 
+    from . import rebuild
+
     if not tx.stack:
         raise UnsupportedError("cannot see the function's return value")
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
@@ -784,11 +787,33 @@ def _describe_return(tx, gm, stores=(), fn=None):
             raise UnsupportedError(f"the function returns or stores its **{own_kwargs} dict")
         return ("source", src)
 
+    walked: dict = {}  # id(vt) -> [share number or None] of the new containers walked
+
     def walk(vt, depth=0):
         if depth > 32:
             raise UnsupportedError("result nested too deeply")
         if isinstance(vt, TensorVariable):
+            if type(vt).__name__ == "NumpyNdarrayVariable":  # a torch._numpy array
+                if getattr(vt, "source", None) is not None:
+                    return source_ref(vt.source)  # an argument's array, returned as itself
+                return ("rebuild", rebuild.ndarray, [("value", node_ref(vt, "tensor"))])
             return node_ref(vt, "tensor")
+        if getattr(vt, "source", None) is None and (
+                isinstance(vt, (ListVariable, ConstDictVariable, UserDefinedObjectVariable))
+                or type(vt).__name__ in ("DequeVariable", "SetVariable")):
+            # A container the function made: where it is returned (or stored) twice, the
+            # version builds it once and hands out the same object at each place.
+            if id(vt) in walked:
+                share = walked[id(vt)]
+                if not share:
+                    share.append(len(walked))
+                return ("same", share[0], None)
+            walked[id(vt)] = share = []
+            desc = walk_new(vt, depth)
+            return ("same", share, desc)  # share stays empty unless the object comes again
+        return walk_new(vt, depth)
+
+    def walk_new(vt, depth):
         if isinstance(vt, SymNodeVariable):
             t = vt.python_type()
             if t not in (int, bool):
@@ -817,8 +842,46 @@ def _describe_return(tx, gm, stores=(), fn=None):
                 key = k.vt.as_python_constant() if hasattr(k, "vt") else k
                 items.append((key, walk(v, depth + 1)))
             return ("dict", items)
+        if (type(vt).__name__ == "GetAttrVariable" and isinstance(vt.obj, TensorVariable)
+                and isinstance(vt.name, str) and vt.name.isidentifier()):
+            # an attribute Dynamo reads when it returns it (a numpy array's .strides)
+            return ("rebuild", rebuild.attribute,
+                    [("obj", walk(vt.obj, depth + 1)), ("name", ("arg", vt.name))])
+        if type(vt).__name__ == "DequeVariable" and getattr(vt, "source", None) is None:
+            return ("rebuild", rebuild.deque,
+                    [("items", ("seq", "list", [walk(i, depth + 1) for i in vt.items])),
+                     ("maxlen", ("arg", vt.maxlen.as_python_constant()))])
+        if (type(vt).__name__ in ("SetVariable", "FrozensetVariable")
+                and getattr(vt, "source", None) is None):
+            fn = rebuild.set_of if type(vt).__name__ == "SetVariable" else rebuild.frozenset_of
+            return ("rebuild", fn,
+                    [("items", ("seq", "tuple", [walk(x.vt, depth + 1) for x in vt.set_items]))])
+        if (type(vt).__name__ in ("NamedTupleVariable", "StructSequenceVariable")
+                and getattr(vt, "source", None) is None
+                and not tx.output.side_effects.store_attr_mutations.get(vt)
+                and _plain_type(vt.python_type(), tuple)):
+            # a namedtuple or a structseq (torch.return_types.max) the function made
+            return ("rebuild", rebuild.tuple_of,
+                    [("cls", ("arg", vt.python_type())),
+                     ("items", ("seq", "tuple", [walk(i, depth + 1) for i in vt.items]))])
         if isinstance(vt, UserDefinedObjectVariable):
             if isinstance(getattr(vt, "mutation_type", None), AttributeMutationNew):
+                cls = vt.python_type()
+                if tx.output.side_effects.store_attr_mutations.get(vt):
+                    pass  # attributes of its own: new_object says why (or rebuilds a dataclass)
+                elif hasattr(vt, "_base_vt") and isinstance(vt._base_vt, ConstDictVariable) \
+                        and _plain_type(cls, dict) \
+                        and not issubclass(cls, collections.defaultdict):  # its factory
+                    keys, values = [], []
+                    for k, v in vt._base_vt.items.items():
+                        keys.append(k.vt.as_python_constant() if hasattr(k, "vt") else k)
+                        values.append(walk(v, depth + 1))
+                    if not all(type(k) in (str, int) for k in keys):
+                        raise UnsupportedError(f"a returned {cls.__qualname__} has keys that "
+                                               "are not constant strings or ints")
+                    return ("rebuild", rebuild.dict_of,
+                            [("cls", ("arg", cls)), ("keys", ("arg", tuple(keys))),
+                             ("values", ("seq", "tuple", values))])
                 return new_object(vt, depth)
             src = getattr(vt, "source", None)
             # A pre-existing object returned as itself (a KV cache passed in).  Loaded after
@@ -862,9 +925,27 @@ def _describe_return(tx, gm, stores=(), fn=None):
             items.append((n, walk(attrs[n], depth + 1)))
         return ("new", cls, items)
 
-    result = walk(tx.stack[-1])
-    if not stores:
-        return result
+    def settle(d):
+        """("same", [k], desc) -> ("same", k, desc) where the object comes again, else desc."""
+        if not isinstance(d, tuple) or not d:
+            return d
+        if d[0] == "same":
+            if d[2] is None:
+                return d
+            inner = settle(d[2])
+            return ("same", d[1][0], inner) if d[1] else inner
+        if d[0] == "seq":
+            return ("seq", d[1], [settle(x) for x in d[2]])
+        if d[0] == "dict":
+            return ("dict", [(k, settle(v)) for k, v in d[1]])
+        if d[0] in ("new", "rebuild"):
+            return (d[0], d[1], [(n, settle(v)) for n, v in d[2]])
+        if d[0] == "stores":
+            return ("stores", settle(d[1]), [(src, n, settle(v)) for src, n, v in d[2]])
+        return d
+
+    # The stores first: the version makes them before it builds the result (OutStores), so an
+    # object both stored and returned is built at its store and is that object in the result.
     out = []
     for src, name, value in stores:
         try:
@@ -879,7 +960,26 @@ def _describe_return(tx, gm, stores=(), fn=None):
             raise UnsupportedError(
                 f"the function mutates a Python object that existed before the call: it "
                 f"stores into {src.name}.{name} a value Trident cannot replay ({e})") from None
-    return ("stores", result, out)
+    result = walk(tx.stack[-1])
+    return settle(("stores", result, out) if stores else result)
+
+
+def _plain_type(cls, base) -> bool:
+    """Whether `cls`, a subclass of `base` (tuple or dict), builds and fills its instances as
+    the standard type does (a namedtuple's or structseq's own constructor for a tuple): no
+    __new__, __init__ or __setitem__ of a user class on the way, so that `rebuild` makes the
+    object the function made."""
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        return False
+    for c in cls.__mro__:
+        own = vars(c)
+        if c.__module__ in ("builtins", "collections") or (
+                base is tuple and (("_fields" in own and "_make" in own)  # namedtuple's class
+                                   or "n_fields" in own)):  # a structseq
+            return True
+        if any(n in own for n in ("__new__", "__init__", "__setitem__")):
+            return False
+    return False
 
 
 # Guard kinds whose check `translate` reads from the entry's value's contents.
@@ -924,7 +1024,7 @@ def _item_path(src) -> bool:
     return type(src) is LocalSource
 
 
-def _check_described(desc, real, store_objs=()) -> str | None:
+def _check_described(desc, real, store_objs=(), seen=None) -> str | None:
     """Why the version's description of the result (and of the values it stores) would not
     rebuild what the capturing call itself returned and stored, or None.  Checked on that
     call: containers have the same type, length and keys in order, constants are equal, and
@@ -933,20 +1033,21 @@ def _check_described(desc, real, store_objs=()) -> str | None:
     order, each value the same object).  A description Dynamo got wrong is refused, never run."""
     if not isinstance(desc, tuple) or not desc:
         return None
+    if seen is None:
+        seen = {}  # share number -> the object a shared container's first place holds
     tag = desc[0]
-    if tag == "stores":
-        why = _check_described(desc[1], real)
-        if why or len(store_objs) != len(desc[2]):
-            return why or "the stores are not what Dynamo described"
+    if tag == "stores":  # in the order the version builds them: the stores, the result
+        if len(store_objs) != len(desc[2]):
+            return "the stores are not what Dynamo described"
         for obj, (_, name, item) in zip(store_objs, desc[2]):
             try:
                 stored = getattr(obj, name)
             except AttributeError:
                 return f"the stored attribute {name!r} is missing after the call"
-            why = _check_described(item, stored)
+            why = _check_described(item, stored, seen=seen)
             if why:
                 return f"the value stored in .{name}: {why}"
-        return None
+        return _check_described(desc[1], real, seen=seen)
     if tag == "const":
         ok = type(real) is type(desc[1]) and (real is desc[1] or real == desc[1])
         return None if ok else "a returned constant is not what Dynamo described"
@@ -955,7 +1056,7 @@ def _check_described(desc, real, store_objs=()) -> str | None:
         if type(real) is not kinds[desc[1]] or len(real) != len(desc[2]):
             return f"a returned {desc[1]} is not what Dynamo described"
         for d, r in zip(desc[2], real):
-            why = _check_described(d, r)
+            why = _check_described(d, r, seen=seen)
             if why:
                 return why
         return None
@@ -963,7 +1064,27 @@ def _check_described(desc, real, store_objs=()) -> str | None:
         if type(real) is not dict or list(real) != [k for k, _ in desc[1]]:
             return "a returned dict is not what Dynamo described"
         for k, d in desc[1]:
-            why = _check_described(d, real[k])
+            why = _check_described(d, real[k], seen=seen)
+            if why:
+                return why
+        return None
+    if tag == "same":
+        if desc[2] is None:
+            return None if seen.get(desc[1]) is real else \
+                "an object returned at two places is two objects"
+        if desc[1] is not None:
+            seen[desc[1]] = real
+        return _check_described(desc[2], real, seen=seen)
+    if tag == "rebuild":
+        from . import rebuild
+
+        args = {n: d[1] for n, d in desc[2] if d[0] == "arg"}
+        items = dict(desc[2])
+        why, parts = rebuild.check(desc[1], real, args, items)
+        if why:
+            return why
+        for name, _, part in parts:
+            why = _check_described(items[name], part, seen=seen)
             if why:
                 return why
         return None
@@ -976,7 +1097,7 @@ def _check_described(desc, real, store_objs=()) -> str | None:
     kw = {}
     for n, d in items:
         kw[n] = getattr(real, n)
-        why = _check_described(d, kw[n])
+        why = _check_described(d, kw[n], seen=seen)
         if why:
             return why
     try:

@@ -612,6 +612,12 @@ class _VersionGen:
                               f"{{{', '.join(vals) or 'NULL'}}};")
             self.lines.append(f"    {var} = PyObject_Vectorcall({self.K(o.cls)}, {argv}, 0, "
                               f"{self.K(o.kwnames)}); if (!{var}) goto error; }}")
+        elif isinstance(o, ir.OutShared):  # the same object at each of its places
+            if o.item is not None:
+                self.shared[o.share] = self.out(o.item)
+            elif o.share not in self.shared:
+                raise UnsupportedError("a shared result object is used before it is built")
+            self.lines.append(f"  {var} = {self.shared[o.share]}; Py_INCREF({var});")
         elif isinstance(o, ir.OutDict):
             vals = [self.out(x) for x in o.values]
             self.lines.append(f"  {var} = PyDict_New(); if (!{var}) goto error;")
@@ -625,6 +631,7 @@ class _VersionGen:
     def emit(self) -> str:
         v = self.v
         self.cleanup: list[str] = []
+        self.shared: dict[int, str] = {}  # OutShared number -> the C variable holding it
         self.side_effects = False
         self.lines.append("  int ok = 1, rc = 0;\n  int64_t gx = 1, gy = 1, gz = 1;")
         for k, g in enumerate(v.guards):

@@ -358,6 +358,9 @@ class _Lowering:
         if self.reuse and self._dead_clone(node):
             self.vals[node] = self.vals[node.args[0]]  # the intermediate is the copy
             return
+        if schema.name == "prims::fma" and not schema.overload_name:
+            self.fma(node)
+            return
         args = []
         pos = list(node.args)
         for i, a in enumerate(schema.arguments):
@@ -371,6 +374,14 @@ class _Lowering:
                 raise UnsupportedError(f"{op}: missing argument {a.name}")
             if "Generator" in str(a.type) and v is not None:
                 raise UnsupportedError(f"{op}: explicit generator")
+            if (isinstance(v, (bool, int, float)) and str(a.type) in ("Tensor", "Tensor?")
+                    and _library_key(op) in _python_kernel_ops()[0]):
+                # The runtime passes a number for a Tensor argument as a wrapped-number tensor,
+                # which reaches a kernel written in Python as a Python number; a custom op's
+                # Python autograd kernel then redispatches with it and fails the schema check
+                # (eager's Python call converts the number before any kernel sees it).
+                raise UnsupportedError(f"{op}: a Python number for its Tensor argument "
+                                       f"{a.name}, and a kernel written in Python")
             args.append(self.arg(v, a.type))
         name, _, overload = schema.name.partition("::")
         full = schema.name
@@ -392,6 +403,26 @@ class _Lowering:
             self.vals[node] = ("slot", outs[0])
         else:
             self.vals[node] = ("multi", list(outs))
+
+    def fma(self, node) -> None:
+        """Inductor's `prims::fma(a, b, c)` (Dynamo's decomposition of `addcmul_`/`addcdiv_`
+        with `value=`, and of `lerp`), whose kernels are Python: `(a * b) + c`, as its ATen
+        implementation computes, here as two ATen operators (`b` may be a Python number,
+        which the Python autograd kernel would not accept from the runtime)."""
+        a, b, c = (_arg_value(node, i, x) for i, x in enumerate(node.target._schema.arguments))
+        if any(v is None for v in (a, b, c)):
+            raise UnsupportedError("prims::fma with a missing argument")
+        below = node in self.below
+        tensor = torch.ops.aten.mul.Tensor._schema.arguments[1].type
+        prod = self.slot()
+        self.program.append(ir.Call("aten::mul", "Tensor",
+                                    (self.arg(a, tensor), self.arg(b, tensor)),
+                                    (prod,), False, below))
+        out = self.slot()
+        self.program.append(ir.Call("aten::add", "Tensor",
+                                    (ir.Slot(prod), self.arg(c, tensor), ir.ConstArg("int", 1)),
+                                    (out,), False, below))
+        self.vals[node] = ("slot", out)
 
     def _reusable(self, node) -> bool:
         """`node` may run in place on its first argument: an operator of _INPLACE whose self
@@ -646,6 +677,13 @@ def _output_tree(cap, out_vals, conv, consts, lo, placeholders) -> ir.Out:
             names = tuple(n for n, _ in items)
             return ir.OutNew(consts.add(cls), cls.__qualname__, consts.add(names), names,
                              tuple(build(x) for _, x in items))
+        if tag == "rebuild":  # capture.rebuild's d[1](**{name: item})
+            names = tuple(n for n, _ in d[2])
+            values = tuple(ir.OutConst(consts.add(x[1]), repr(x[1])) if x[0] == "arg"
+                           else build(x) for _, x in d[2])
+            return ir.OutNew(consts.add(d[1]), d[1].__name__, consts.add(names), names, values)
+        if tag == "same":
+            return ir.OutShared(d[1], None if d[2] is None else build(d[2]))
         if tag == "stores" and d is cap.ret:
             stores = []
             for src, name, item in d[2]:

@@ -672,8 +672,10 @@ class OutDict:
 @dataclass(frozen=True)
 class OutNew:
     """`K[cls](**{names: values})`, one vectorcall with the keyword names `K[kwnames]` (a tuple
-    of str): a dataclass object the function created (a ModelOutput), or, in an eager version
-    (`Version.eager`), the function itself called in Python with the call's arguments."""
+    of str): a dataclass object the function created (a ModelOutput), another object it
+    returns that `capture.rebuild` makes (a numpy array, a deque, a set, a namedtuple, an
+    OrderedDict), or, in an eager version (`Version.eager`), the function itself called in
+    Python with the call's arguments."""
 
     cls: int
     desc: str  # the class's qualified name
@@ -710,7 +712,20 @@ class OutStores:
         return "; ".join(map(str, self.stores)) + f"; return {self.result}"
 
 
-Out = Union[OutSlot, OutSym, OutConst, OutSource, OutSeq, OutDict, OutNew, OutStores]
+@dataclass(frozen=True)
+class OutShared:
+    """One object the result holds at several places (a list the function returns twice):
+    built at its first place (`item`), the same object again at the others (`item` None)."""
+
+    share: int
+    item: "Out | None" = None
+
+    def __str__(self) -> str:
+        return f"&{self.share}" if self.item is None else f"{self.item} as &{self.share}"
+
+
+Out = Union[OutSlot, OutSym, OutConst, OutSource, OutSeq, OutDict, OutNew, OutStores,
+            OutShared]
 
 
 @dataclass(frozen=True)
