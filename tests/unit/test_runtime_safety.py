@@ -219,3 +219,10 @@ def test_other_threads_run_while_an_operator_computes():
             assert progress[name, "trident"] >= progress[name, "eager"] / 4, progress
         print("PASS")
     """))
+
+
+def test_runtime_can_be_built_ahead_of_the_first_call():
+    p = subprocess.run([sys.executable, "-m", "trident.native"], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "trident runtime ready:" in p.stdout and "_trident_rt" not in p.stderr, p.stdout
