@@ -29,7 +29,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -38,6 +37,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import report_info  # noqa: E402
 NAMES = ("silu_mul", "rms_norm", "mlp")
 
 MODULE = '''
@@ -178,8 +179,8 @@ def _report(a, torch, warm, runs, bad) -> str:
     lines = [
         "# Cold start from a warm disk cache (CPU)", "",
         f"- date: {datetime.date.today()}",
-        f"- commit: {_commit()}",
-        f"- machine: {_machine(torch)}",
+        f"- commit: {report_info.commit()}",
+        f"- machine: {report_info.machine(torch)}",
         f"- command: `python benchmarks/cold_start.py --runs {a.runs}`",
         "- method: each run is a fresh process; torch is imported before the clock starts; "
         "per mode the median of the runs (modes interleaved), after two warm-up runs per mode "
@@ -216,30 +217,6 @@ def _report(a, torch, warm, runs, bad) -> str:
                   f"{TITLES[m]}: " + ", ".join(f"{r['total_ms']:.0f}" for r in rs)
                   for m, rs in runs.items()), ""]
     return "\n".join(lines)
-
-
-def _commit() -> str:
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                             capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no",
-                                "trident"], cwd=ROOT, capture_output=True, text=True).stdout
-        return rev + (" (with uncommitted changes under trident/)" if dirty.strip() else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def _machine(torch) -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return (f"{platform.platform()}; {cpu}; nproc={os.cpu_count()}; torch {torch.__version__}; "
-            f"Python {platform.python_version()}")
 
 
 if __name__ == "__main__":

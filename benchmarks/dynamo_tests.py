@@ -62,7 +62,6 @@ import itertools
 import json
 import math
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -74,6 +73,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import report_info  # noqa: E402
 SHAPES = [(10, 10), (10, 10), (6, 10), (4, 10)]  # capture, hit, new shape, dynamic hit
 CLASSES = ["native", "eager path", "fallback", "no hit", "eager raises", "mismatch", "error",
            "crash", "skipped"]
@@ -616,31 +617,6 @@ def run_all(path: str, keys: list[str], chunk: int, timeout: float, log,
     return results
 
 
-def _commit() -> str:
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                             capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no",
-                                "trident"], cwd=ROOT, capture_output=True, text=True,
-                               check=False).stdout
-        return rev + (" (with uncommitted changes under trident/)" if dirty.strip() else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def _machine(torch) -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return (f"{platform.platform()}; {cpu}; nproc={os.cpu_count()}; torch {torch.__version__}; "
-            f"Python {platform.python_version()}")
-
-
 def _md(s) -> str:
     return str(s).replace("|", "\\|").replace("\n", " ")
 
@@ -664,8 +640,8 @@ def report(a, tests, results, failed_stmts, seconds) -> str:
         command += f" (run with `{' '.join(sys.argv[1:])}`)"
     lines = ["# PyTorch's Dynamo function tests against Trident (CPU)", "",
              f"- date: {datetime.date.today().isoformat()}",
-             f"- commit: {_commit()}",
-             f"- machine: {_machine(torch)}",
+             f"- commit: {report_info.commit()}",
+             f"- machine: {report_info.machine(torch)}",
              f"- test file: `test/dynamo/test_functions.py`, {a.source} (sha256 {sha}...), "
              + "read from a path outside the repository",
              f"- command: `{command}`",

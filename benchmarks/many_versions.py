@@ -25,15 +25,15 @@ import argparse
 import datetime
 import gc
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import report_info  # noqa: E402
 
 
 def fn(x):
@@ -109,8 +109,8 @@ def main():
     lines = [
         f"# {n} versions of one function (CPU)", "",
         f"- date: {datetime.date.today()}",
-        f"- commit: {_commit()}",
-        f"- machine: {_machine(torch)}",
+        f"- commit: {report_info.commit()}",
+        f"- machine: {report_info.machine(torch, threads=True)}",
         f"- load average before / after: {loads[0]} / {loads[1]}",
         "- function: `x * 2 + 1`, dynamic=False, x = torch.randn(k) for k = 1..N: one version "
         "per length",
@@ -170,30 +170,6 @@ def _du(d: Path) -> int:
             if not os.path.islink(p):
                 total += os.path.getsize(p)
     return total
-
-
-def _commit() -> str:
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                             capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no",
-                                "trident"], cwd=ROOT, capture_output=True, text=True).stdout
-        return rev + (" (with uncommitted changes under trident/)" if dirty.strip() else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def _machine(torch) -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return (f"{platform.platform()}; {cpu}; nproc={os.cpu_count()}; torch {torch.__version__} "
-            f"(intra-op threads {torch.get_num_threads()}); Python {platform.python_version()}")
 
 
 def _load_average() -> str:

@@ -1,0 +1,38 @@
+"""What every benchmark report states about its run: the commit and the machine."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def commit() -> str:
+    """The short hash of HEAD, marked when trident/ has uncommitted changes."""
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no",
+                                "trident"], cwd=ROOT, capture_output=True, text=True,
+                               check=False).stdout
+        return rev + (" (with uncommitted changes under trident/)" if dirty.strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def machine(torch, threads: bool = False) -> str:
+    """Platform, CPU model, core count, torch (and its intra-op threads) and Python."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    t = f" (intra-op threads {torch.get_num_threads()})" if threads else ""
+    return (f"{platform.platform()}; {cpu}; nproc={os.cpu_count()}; torch {torch.__version__}"
+            f"{t}; Python {platform.python_version()}")
