@@ -1,9 +1,13 @@
-"""Cold start from a warm disk cache (CPU): a fresh process's time to its first results.
+"""Cold start from a warm disk cache: a fresh process's time to its first results.
 
-    python benchmarks/cold_start.py [--runs 5] [--out FILE]
+    python benchmarks/cold_start.py [--runs 5] [--device cpu|cuda] [--out FILE]
 
-Three small functions (silu(x) * w, an RMS norm, relu(x @ w + b) on (64, 256) float32 CPU
-tensors) live in a module written to a temporary folder.  Each measured run is a fresh Python
+On CPU, three small functions (silu(x) * w, an RMS norm, relu(x @ w + b) on (64, 256) float32
+tensors); with `--device cuda`, the user-written Triton host code of trident/examples
+(`silu`, the paper's `rms_norm`: allocation, variant choice, launch) and relu(x @ w + b) on
+(64, 4096) bfloat16 tensors, plus FlagGems' silu, rms_norm and mm (the unmodified
+`flag_gems.ops` functions, called from a one-line entry function) when flag_gems is
+importable.  The functions live in a module written to a temporary folder.  Each measured run is a fresh Python
 process that imports torch (not timed), then starts the clock, imports what it needs and the
 module, and calls each function once on fresh inputs:
 
@@ -39,7 +43,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import report_info  # noqa: E402
-NAMES = ("silu_mul", "rms_norm", "mlp")
+CPU_NAMES = ("silu_mul", "rms_norm", "mlp")
+CUDA_NAMES = ("tt_silu", "tt_rms_norm", "mlp")
+FG_NAMES = ("fg_silu", "fg_rms_norm", "fg_mm")
 
 MODULE = '''
 import os
@@ -69,11 +75,45 @@ def mlp(x, w, b):
     return torch.relu(x @ w + b)
 
 
+DEV = os.environ.get("COLD_DEVICE", "cpu")
+DT = torch.float32 if DEV == "cpu" else torch.bfloat16
+N = 256 if DEV == "cpu" else 4096
+
+if DEV == "cuda":
+    from trident.examples import triton_kernels as tk
+
+    @wrap
+    def tt_silu(x):
+        return tk.silu(x)
+
+    @wrap
+    def tt_rms_norm(x, w):
+        return tk.rms_norm(x, w)
+
+    if os.environ.get("COLD_FLAGGEMS") == "1":
+        import flag_gems
+
+        @wrap
+        def fg_silu(x):
+            return flag_gems.ops.silu(x)
+
+        @wrap
+        def fg_rms_norm(x, w):
+            return flag_gems.ops.rms_norm(x, [x.shape[-1]], w, 1e-6)
+
+        @wrap
+        def fg_mm(x, w):
+            return flag_gems.ops.mm(x, w)
+
+
 def inputs(name):
-    x = torch.randn(64, 256)
-    if name == "mlp":
-        return x, torch.randn(256, 256), torch.randn(256)
-    return x, torch.randn(256)
+    x = torch.randn(64, N, device=DEV, dtype=DT)
+    if name in ("mlp", "fg_mm"):
+        w = torch.randn(N, N, device=DEV, dtype=DT) / N ** 0.5
+        return (x, w, torch.randn(N, device=DEV, dtype=DT)) if name == "mlp" else (x, w)
+    if name in ("tt_silu", "fg_silu"):
+        return (x,)
+    return x, torch.randn(N, device=DEV, dtype=DT)
 '''
 
 CHILD = '''
@@ -96,19 +136,28 @@ for name in NAMES:
     fn = getattr(m, name)
     t = time.perf_counter()
     r = fn(*args[name])
+    if args[name][0].is_cuda:
+        torch.cuda.synchronize()
     out["first_ms"][name] = 1e3 * (time.perf_counter() - t)
 out["total_ms"] = 1e3 * (time.perf_counter() - t0 - t_args)
 for name in NAMES:
     fn = getattr(m, name)
     eager = fn.__wrapped__ if mode != "compile" else fn._torchdynamo_orig_callable
-    torch.testing.assert_close(fn(*args[name]), eager(*args[name]))
+    tol = {} if args[name][0].dtype == torch.float32 else {"atol": 3e-2, "rtol": 3e-2}
+    torch.testing.assert_close(fn(*args[name]), eager(*args[name]), **tol)
     if mode != "compile":
         st = trident.stats(fn)
         out["checks"][name] = {"captures": st["captures"], "hits": sum(st["hits"]),
                                "compiled": st["compiled_units"], "origins": st.get("origins")}
 out["dynamo_imported"] = "torch._dynamo" in sys.modules and mode != "compile"
 print(json.dumps(out))
-'''.replace("NAMES", repr(NAMES))
+'''
+
+
+def _names(device: str, flaggems: bool) -> tuple:
+    if device == "cpu":
+        return CPU_NAMES
+    return CUDA_NAMES + (FG_NAMES if flaggems else ())
 
 MODES = {"trident": {"COLD_MODE": "trident", "TRIDENT_CACHE": "on"},
          "trident_off": {"COLD_MODE": "trident", "TRIDENT_CACHE": "off"},
@@ -117,10 +166,11 @@ TITLES = {"trident": "Trident, from disk", "trident_off": "Trident, TRIDENT_CACH
           "compile": "torch.compile, caches warm"}
 
 
-def _child(work: Path, mode: str, seed: int) -> dict:
+def _child(work: Path, mode: str, seed: int, device: str, flaggems: bool) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRIDENT_", "TORCHINDUCTOR_"))}
     path = os.pathsep.join([str(work), str(ROOT)] + [os.environ.get("PYTHONPATH", "")])
-    env.update(MODES[mode], COLD_SEED=str(seed), PYTHONPATH=path.rstrip(os.pathsep),
+    env.update(MODES[mode], COLD_SEED=str(seed), COLD_DEVICE=device,
+               COLD_FLAGGEMS="1" if flaggems else "0", PYTHONPATH=path.rstrip(os.pathsep),
                TRIDENT_CACHE_DIR=str(work / "trident_cache"),
                TORCHINDUCTOR_CACHE_DIR=str(work / "inductor_cache"),
                TORCHINDUCTOR_FX_GRAPH_CACHE="1", TORCHINDUCTOR_AUTOGRAD_CACHE="1")
@@ -134,9 +184,16 @@ def _child(work: Path, mode: str, seed: int) -> dict:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "latest"
-                                         / "cold_start.md"))
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--flaggems", action="store_true",
+                    help="with --device cuda: add FlagGems' silu, rms_norm and mm")
+    ap.add_argument("--out", default=None)
     a = ap.parse_args()
+    if a.out is None:
+        stem = "cold_start" if a.device == "cpu" else "cold_start_cuda"
+        a.out = str(ROOT / "benchmarks" / "results" / "latest" / f"{stem}.md")
+    global NAMES
+    NAMES = _names(a.device, a.flaggems)
 
     sys.path.insert(0, str(ROOT))
     import torch
@@ -145,18 +202,18 @@ def main():
 
     work = Path(tempfile.mkdtemp(prefix="trident_cold_start_"))
     (work / "cold_start_fns.py").write_text(MODULE)
-    (work / "child.py").write_text(CHILD)
+    (work / "child.py").write_text(CHILD.replace("NAMES", repr(NAMES)))
     cache = work / "trident_cache"
     (cache / "runtime").mkdir(parents=True, mode=0o700)
     os.chmod(cache, 0o700)
     rt = Path(build.runtime_module().__file__).parent  # not rebuilt in the children
     shutil.copytree(rt, cache / "runtime" / rt.name)
     try:
-        warm = {m: [_child(work, m, seed) for seed in (100, 101)] for m in ("trident", "compile")}
+        warm = {m: [_child(work, m, seed, a.device, a.flaggems) for seed in (100, 101)] for m in ("trident", "compile")}
         runs = {m: [] for m in MODES}
         for i in range(a.runs):  # interleaved, so that drift in the machine's load hits all
             for m in MODES:
-                runs[m].append(_child(work, m, i))
+                runs[m].append(_child(work, m, i, a.device, a.flaggems))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     bad = [(m, r["checks"]) for m in ("trident",) for r in runs[m]
@@ -177,15 +234,18 @@ def _report(a, torch, warm, runs, bad) -> str:
                **{n: _median(rs, lambda r, n=n: r["first_ms"][n]) for n in NAMES}}
            for m, rs in runs.items()}
     lines = [
-        "# Cold start from a warm disk cache (CPU)", "",
+        f"# Cold start from a warm disk cache ({a.device.upper()})", "",
         f"- date: {datetime.date.today()}",
         f"- commit: {report_info.commit()}",
         f"- machine: {report_info.machine(torch)}",
-        f"- command: `python benchmarks/cold_start.py --runs {a.runs}`",
+        f"- command: `python benchmarks/cold_start.py --runs {a.runs} --device {a.device}"
+        + (" --flaggems`" if a.flaggems else "`"),
         "- method: each run is a fresh process; torch is imported before the clock starts; "
         "per mode the median of the runs (modes interleaved), after two warm-up runs per mode "
         "that fill Trident's records and builds and Inductor's FX graph and AOTAutograd "
-        "caches. Inputs: (64, 256) float32 CPU tensors.",
+        "caches. Inputs: " + ("(64, 256) float32 CPU tensors." if a.device == "cpu" else
+                              "(64, 4096) bfloat16 CUDA tensors; each first call ends with "
+                              "a torch.cuda.synchronize()."),
         "- first call: the function's first call in the process (Trident from disk: the "
         "record loaded, its C regenerated, every object and the linked SCM found in the "
         "cache, the SCM loaded, then the call served natively); import: `import trident` and "

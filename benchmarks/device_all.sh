@@ -117,6 +117,13 @@ A|AB)
   step host_profile ${HP_S:-200} env TRIDENT_PROFILE=1 TRIDENT_DUMP_DIR="$OUT/hp/dump" \
     python3 benchmarks/host_profile.py ${HP_ARGS:-} --out-dir "$OUT/hp"
   [[ -d "$OUT/hp" ]] && tar czf "$OUT/host_profile.tgz" -C "$OUT" hp && rm -rf "$OUT/hp"
+  # A fresh process's first hits from a warm disk cache (issue 30), against torch.compile's
+  # warm start: examples' Triton host code, an mm, and FlagGems' silu, rms_norm and mm.
+  # shellcheck disable=SC2086
+  step cold_start ${CS_S:-240} python3 benchmarks/cold_start.py ${CS_ARGS:---device cuda \
+    --flaggems --runs 3} --out "$OUT/cold_start_cuda.md"
+  # Extra commands, e.g. a helper's benchmark: EXTRA="python3 benchmarks/x.py --out $OUT/x.md"
+  [[ -n "${EXTRA:-}" ]] && step extra ${EXTRA_S:-200} bash -c "$EXTRA"
   ;;&
 B|AB)
   # 3 shapes and no cpp_wrapper mode (the costliest, measured in the 2026-12-01 run) to fit
