@@ -38,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -174,16 +175,21 @@ def _child(work: Path, mode: str, seed: int, device: str, flaggems: bool) -> dic
                TRIDENT_CACHE_DIR=str(work / "trident_cache"),
                TORCHINDUCTOR_CACHE_DIR=str(work / "inductor_cache"),
                TORCHINDUCTOR_FX_GRAPH_CACHE="1", TORCHINDUCTOR_AUTOGRAD_CACHE="1")
+    t = time.perf_counter()
     proc = subprocess.run([sys.executable, str(work / "child.py")], env=env, cwd=work,
                           capture_output=True, text=True, timeout=600, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"{mode} child failed:\n{proc.stdout}\n{proc.stderr}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(f"  {mode} (seed {seed}): total {r['total_ms']:.0f} ms, process "
+          f"{time.perf_counter() - t:.1f} s", file=sys.stderr, flush=True)
+    return r
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--warmups", type=int, default=2)
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--flaggems", action="store_true",
                     help="with --device cuda: add FlagGems' silu, rms_norm and mm")
@@ -209,7 +215,8 @@ def main():
     rt = Path(build.runtime_module().__file__).parent  # not rebuilt in the children
     shutil.copytree(rt, cache / "runtime" / rt.name)
     try:
-        warm = {m: [_child(work, m, seed, a.device, a.flaggems) for seed in (100, 101)] for m in ("trident", "compile")}
+        warm = {m: [_child(work, m, seed, a.device, a.flaggems)
+                    for seed in range(100, 100 + a.warmups)] for m in ("trident", "compile")}
         runs = {m: [] for m in MODES}
         for i in range(a.runs):  # interleaved, so that drift in the machine's load hits all
             for m in MODES:
@@ -241,8 +248,8 @@ def _report(a, torch, warm, runs, bad) -> str:
         f"- command: `python benchmarks/cold_start.py --runs {a.runs} --device {a.device}"
         + (" --flaggems`" if a.flaggems else "`"),
         "- method: each run is a fresh process; torch is imported before the clock starts; "
-        "per mode the median of the runs (modes interleaved), after two warm-up runs per mode "
-        "that fill Trident's records and builds and Inductor's FX graph and AOTAutograd "
+        f"per mode the median of the runs (modes interleaved), after {a.warmups} warm-up "
+        "run(s) per mode that fill Trident's records and builds and Inductor's FX graph and AOTAutograd "
         "caches. Inputs: " + ("(64, 256) float32 CPU tensors." if a.device == "cpu" else
                               "(64, 4096) bfloat16 CUDA tensors; each first call ends with "
                               "a torch.cuda.synchronize()."),
