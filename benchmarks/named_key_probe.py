@@ -5,7 +5,7 @@ captures and runs Dynamo's graph; calls 1-2 run the version's native program).
 
     PYTHONPATH=. python benchmarks/named_key_probe.py      # needs CUDA and torch <= 2.12
 
-Output of the H200 run (torch 2.11): results/named_key_probe_2026-12-03_h200.txt."""
+Output of the H200 run (torch 2.11): results/latest/named_key_probe.txt."""
 import torch, warnings
 import torch.nn.functional as F
 warnings.simplefilter("ignore")
