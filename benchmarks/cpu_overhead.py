@@ -8,7 +8,7 @@ timed; every mode is warmed up (torch.compile's first call compiles for
 seconds), then timed in interleaved rounds of many calls each, with the
 garbage collector off.  The reported number is the median round's time per
 call.  A markdown table with the date, commit and machine goes to
-benchmarks/results/cpu_overhead_<date>.md unless --out says otherwise.
+benchmarks/results/latest/cpu_overhead.md unless --out says otherwise.
 
 Intra-op threads default to 1 (--threads): tensors this small gain nothing
 from them, and on a small shared machine OpenMP wake-ups make a parallel
@@ -250,7 +250,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=None,
                     help="markdown file to write (default: "
-                         "benchmarks/results/cpu_overhead_<date>.md)")
+                         "benchmarks/results/latest/cpu_overhead.md)")
     ap.add_argument("--rounds", type=int, default=11, help="timed rounds per mode (>= 7)")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch intra-op threads (default 1; 0 keeps torch's default)")
@@ -264,7 +264,7 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     date = _dt.date.today().isoformat()
     load_before = load_average()
-    out = args.out or ROOT / "benchmarks" / "results" / f"cpu_overhead_{date}.md"
+    out = args.out or ROOT / "benchmarks" / "results" / "latest" / "cpu_overhead.md"
     print(machine())
     results = []
     for case in make_cases():
