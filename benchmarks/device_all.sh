@@ -11,7 +11,8 @@
 # $OUT/<step>.log; stdout gets the last TAIL (40) lines of each, without Python warning blocks
 # (FlagGems' Dynamo notes: "Dynamo detected a call to a functools.lru_cache-wrapped function ...
 # This call originates from: File .../device_info.py ..."), which otherwise fill the output and
-# read like tracebacks.  Reports (.md/.json/.png) are written under $OUT.
+# read like tracebacks.  Reports (.md/.json/.png) are written under $OUT, named as their
+# current copies in benchmarks/results/latest/ (flaggems_ops.md, llm_decode_qwen3.md, ...).
 #
 # Environment: OUT (default /tmp/out), BENCH_COMMIT (default: git rev-parse, else "unknown"),
 # BENCH_DATE, LIMIT, TAIL, STEPS (space-separated step names to run, from both parts, e.g.
@@ -130,7 +131,7 @@ B|AB)
   # ~250 s; the harness's own budget stops starting new work before the timeout.
   # shellcheck disable=SC2086
   step flaggems_ops ${FG_OPS_S:-250} python3 benchmarks/flaggems_ops.py ${FG_OPS_ARGS:---shapes 3 \
-    --modes eager,torch,trident,compile,compile_noguard --budget-s 225 --tag h200} \
+    --modes eager,torch,trident,compile,compile_noguard --budget-s 225} \
     --out-dir "$OUT"
   # LLM_PRESET: issue 5's settings, one model per device call (each ~5-8 minutes, LLM_S 525);
   # measured requests per prompt set: 9 (with 5, one mode's requests in a set spread up to 2x,
@@ -149,15 +150,15 @@ B|AB)
   case "${LLM_PRESET:-}" in
     "") ;;
     qwen3) LLM_ARGS=${LLM_ARGS:-"--models qwen3 $issue5_args --requests 9 \
-      --modes torch,eager,trident,compile --tag h200_qwen3"} ;;
+      --modes torch,eager,trident,compile --tag qwen3"} ;;
     qwen3_cpp) LLM_ARGS=${LLM_ARGS:-"--models qwen3 $issue5_args --requests 9 \
-      --modes eager,trident,compile_cpp --tag h200_qwen3_cpp"} ;;
+      --modes eager,trident,compile_cpp --tag qwen3_cpp"} ;;
     deepseek_v2) LLM_ARGS=${LLM_ARGS:-"--models deepseek_v2 --experts grouped_mm $issue5_args --requests 9 \
-      --modes torch,eager,trident,compile --tag h200_deepseek_v2"} ;;
+      --modes torch,eager,trident,compile --tag deepseek_v2"} ;;
     deepseek_v2_cpp) LLM_ARGS=${LLM_ARGS:-"--models deepseek_v2 --experts grouped_mm $issue5_args \
-      --requests 9 --modes eager,trident,compile_cpp --tag h200_deepseek_v2_cpp"} ;;
+      --requests 9 --modes eager,trident,compile_cpp --tag deepseek_v2_cpp"} ;;
     deepseek_v2_ab) LLM_ARGS=${LLM_ARGS:-"--models deepseek_v2 --experts grouped_mm $issue5_args \
-      --requests 9 --modes eager,trident,trident_full --tag h200_deepseek_v2_ab"} ;;
+      --requests 9 --modes eager,trident,trident_full --tag deepseek_v2_ab"} ;;
     caches)  # refill FlagGems' tuned configs and Triton's cache (a new checkout has none):
       # eager only, DeepSeek-V2 then Qwen3, every measured prompt, caches written to $OUT.
       # From empty caches DeepSeek-V2's eager warm-up autotunes for more than one call

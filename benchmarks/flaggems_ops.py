@@ -50,9 +50,12 @@ skipped and reported as such; SIGTERM also ends the run early with a report.  A 
 warm-up (Trident's runtime build, a trivial torch.compile) runs before the first mode that
 needs it, so no operator's cold latency pays for it.
 
-Writes <out-dir>/flaggems_ops_<date>_<tag>.{md,json,png}.  `--provider stub --device cpu`
-runs the same pipeline without a GPU or FlagGems: each "FlagGems" function is a plain Python
-wrapper that checks its arguments and calls the ATen operator.
+Writes <out-dir>/flaggems_ops[_<tag>].{md,json,png}: by default
+benchmarks/results/latest/flaggems_ops.* with FlagGems and flaggems_ops_stub.* with the stub
+provider (a run replaces the files of its tag; the date, commit and device are in the report).
+`--provider stub --device cpu` runs the same pipeline without a GPU or FlagGems: each
+"FlagGems" function is a plain Python wrapper that checks its arguments and calls the ATen
+operator.
 """
 
 from __future__ import annotations
@@ -68,7 +71,6 @@ import logging
 import math
 import os
 import platform
-import re
 import signal
 import statistics
 import subprocess
@@ -1218,7 +1220,7 @@ def parse_args(argv=None):
                     help="stop starting new work after this many seconds (0 = no limit)")
     ap.add_argument("--provider", choices=("flaggems", "stub"), default="flaggems")
     ap.add_argument("--device", default=None, help="cuda (default when present) or cpu")
-    ap.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results"))
+    ap.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results" / "latest"))
     ap.add_argument("--threads", type=int, default=1, help="intra-op threads on CPU")
     ap.add_argument("--noguard-raw", action="store_true",
                     help="compile_noguard: leave cache entries without a diff-guard manager as "
@@ -1230,8 +1232,11 @@ def parse_args(argv=None):
                     help="compile_noguard compiles on its own (by default it uses compile's "
                          "compiled function: after compile's timed calls of each shape, its "
                          "warm-up and timed calls under the skip-guards stance)")
-    ap.add_argument("--tag", default=None, help="file name tag (default: provider/GPU)")
-    ap.add_argument("--date", default=os.environ.get("BENCH_DATE", str(_dt.date.today())))
+    ap.add_argument("--tag", default=None,
+                    help="files flaggems_ops_<tag>.* (default: none with FlagGems, stub with "
+                         "the stub provider)")
+    ap.add_argument("--date", default=os.environ.get("BENCH_DATE", str(_dt.date.today())),
+                    help="the date the report states (default: today, or BENCH_DATE)")
     a = ap.parse_args(argv)
     if a.quick:
         a.shapes, a.iters = min(a.shapes, 2), min(a.iters, 10)
@@ -1271,11 +1276,10 @@ def main(argv=None) -> int:
             impls[o] = resolve(OP_BY_NAME[o])
         except Unavailable as e:
             impls[o] = e
-    tag = a.tag or ("stub" if a.provider == "stub" else
-                    re.sub(r"[^a-z0-9]+", "", dev_name.lower().split()[-1]) or device)
+    tag = a.tag if a.tag is not None else ("stub" if a.provider == "stub" else "")
     out_dir = Path(a.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = out_dir / f"flaggems_ops_{a.date}_{tag}"
+    stem = out_dir / ("flaggems_ops" + (f"_{tag}" if tag else ""))
 
     for name in ("cache_size_limit", "recompile_limit"):
         if hasattr(torch._dynamo.config, name):

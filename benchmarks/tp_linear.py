@@ -13,7 +13,8 @@ the modes interleaved round by round (the order rotating each round, the same on
 the collectives pair up): host = per-call mean of `--calls` calls back to back (until each call
 returns; the collectives are waited for after the round), median over rounds; e2e = each call
 followed by waiting for its result (and a device synchronize on GPUs), median over calls.
-Rank 0 writes benchmarks/results/tp_linear_<date>_<tag>.md.
+Rank 0 writes benchmarks/results/latest/tp_linear.md (gloo) or tp_linear_nccl.md (`--tag`,
+`--out-dir`; a run replaces the file of its tag; the date, commit and machine are inside).
 """
 
 from __future__ import annotations
@@ -147,8 +148,9 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--e2e-calls", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=50)
-    ap.add_argument("--tag", default=None)
-    ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
+    ap.add_argument("--tag", default=None,
+                    help="file tp_linear_<tag>.md (default: none with gloo, nccl with NCCL)")
+    ap.add_argument("--out-dir", default=os.path.join(HERE, "results", "latest"))
     a = ap.parse_args()
     gpu = a.backend == "nccl"
     a.hidden = a.hidden or (4096 if gpu else 256)
@@ -214,8 +216,8 @@ def main() -> int:
     text = "\n".join(lines)
     print(text)
     os.makedirs(a.out_dir, exist_ok=True)
-    tag = a.tag or ("h200" if gpu else "cpu-gloo")
-    path = os.path.join(a.out_dir, f"tp_linear_{datetime.date.today()}_{tag}.md")
+    tag = a.tag if a.tag is not None else ("nccl" if gpu else "")
+    path = os.path.join(a.out_dir, "tp_linear" + (f"_{tag}" if tag else "") + ".md")
     with open(path, "w") as f:
         f.write(text)
     print(f"wrote {path}")

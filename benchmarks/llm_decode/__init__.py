@@ -65,8 +65,10 @@ section lists every measured token that took over 10x its request's median ITL, 
 table gives the median-ITL ratio, which such a token does not move.
 
 Every mode's generated tokens are compared with the eager mode's. Results (markdown and a PNG
-chart of speedups over eager) go to `benchmarks/results/llm_decode_<date>_<tag>.md/.png`,
-rewritten after every mode so a run cut short keeps what it measured.
+chart of speedups over eager) go to `benchmarks/results/latest/llm_decode_<tag>.md/.png`
+(`--out-dir`, `--tag`; the tag defaults to the models, e.g. `llm_decode_qwen3.md`; the date,
+commit and machine are in the report), rewritten after every mode so a run cut short keeps
+what it measured.
 
 Providers: `flaggems` (CUDA; FlagGems' wrappers) and `stub` (CPU; stand-in "Triton operators":
 plain Python host code around ATen out= operators, registered for the CPU dispatch key).
@@ -102,7 +104,7 @@ _BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _BENCH)  # llm_prompts
 sys.path.insert(0, os.path.dirname(_BENCH))  # trident
 
-from .cli import main, parse_args, parser  # noqa: E402
+from .cli import default_tag, main, parse_args, parser  # noqa: E402
 from .common import (  # noqa: E402
     FILTERED,
     MODE_ENV,
@@ -184,6 +186,7 @@ __all__ = [
     "build_model",
     "commit",
     "decode",
+    "default_tag",
     "draw_chart",
     "dynamo_summary",
     "FILTERED",

@@ -4,7 +4,6 @@ the models, runs every mode (interleaved or in sequence) and writes the report."
 from __future__ import annotations
 
 import argparse
-import datetime
 import faulthandler
 import os
 import signal
@@ -126,8 +125,18 @@ def parser() -> argparse.ArgumentParser:
         help="print every thread's Python stack every N seconds (faulthandler), to see where "
         "a long warm-up spends its time (default 0: never)",
     )
-    ap.add_argument("--tag", default=None)
-    ap.add_argument("--out-dir", default=os.path.join(BENCH_DIR, "results"))
+    ap.add_argument(
+        "--tag",
+        default=None,
+        help="the report is <out-dir>/llm_decode_<tag>.md (default tag: the models, e.g. "
+        "qwen3, then _<provider> when not flaggems and _tiny with --tiny)",
+    )
+    ap.add_argument(
+        "--out-dir",
+        default=os.path.join(BENCH_DIR, "results", "latest"),
+        help="where the report goes (default benchmarks/results/latest/: a run replaces the "
+        "report of the same tag; the date, commit and machine are inside it)",
+    )
     return ap
 
 
@@ -142,6 +151,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     a.layers = a.layers or (2 if a.tiny else 4)
     a.prompts = [s for s in a.prompts.split(",") if s]
     return a
+
+
+def default_tag(models, provider: str, tiny: bool) -> str:
+    """The report's name without --tag: the models it covers, and what makes it no full
+    FlagGems run (`qwen3` -> llm_decode_qwen3.md, as in results/latest/;
+    `qwen3_stub_tiny` for the CPU check)."""
+    return "_".join(models) + ("" if provider == "flaggems" else f"_{provider}") \
+        + ("_tiny" if tiny else "")
 
 
 def main(argv=None) -> int:
@@ -171,9 +188,9 @@ def main(argv=None) -> int:
     prov = stub_provider() if a.provider == "stub" else flaggems_provider(a.mm)
     if prov.device == "cpu":
         torch.set_num_threads(1)  # tiny matrices; spinning OpenMP threads only add noise
-    tag = a.tag or (prov.name + ("-tiny" if a.tiny else ""))
+    tag = a.tag or default_tag(models, prov.name, a.tiny)
     os.makedirs(a.out_dir, exist_ok=True)
-    path_md = os.path.join(a.out_dir, f"llm_decode_{datetime.date.today()}_{tag}.md")
+    path_md = os.path.join(a.out_dir, f"llm_decode_{tag}.md")
     say(f"provider {prov.name} on {machine(prov)}; {versions(prov)}")
     say(
         f"layers per model: {a.layers}; new tokens {a.new_tokens}; warm-up {a.warmup}; "

@@ -19,7 +19,14 @@ def test_flaggems_ops_stub_pipeline(tmp_path):
            "--out-dir", str(tmp_path), "--tag", "t", "--date", "d"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    raw = json.loads((tmp_path / "flaggems_ops_d_t.json").read_text())
+    # <bench>_<tag>.<ext>, no date in the names (the date is in the report; no matplotlib,
+    # no .png)
+    names = {p.name for p in tmp_path.iterdir()}
+    stem = "flaggems_ops_t"
+    allowed = {f"{stem}.{x}" for x in ("json", "md", "png")}
+    assert {f"{stem}.json", f"{stem}.md"} <= names <= allowed, names
+    raw = json.loads((tmp_path / "flaggems_ops_t.json").read_text())
+    assert raw["meta"]["date"] == "d"
     for op in ("add", "rms_norm"):
         modes = raw["ops"][op]["modes"]
         for m in ("eager", "torch", "trident", "compile", "compile_noguard"):
@@ -34,5 +41,6 @@ def test_flaggems_ops_stub_pipeline(tmp_path):
         for c, n in zip(modes["compile"]["shapes"], modes["compile_noguard"]["shapes"]):
             assert n["cold_host_us"] == c["cold_host_us"]  # one compilation serves both
             assert n["host_us"][1:] != c["host_us"][1:]   # but its own timed calls
-    md = (tmp_path / "flaggems_ops_d_t.md").read_text()
+    md = (tmp_path / "flaggems_ops_t.md").read_text()
+    assert "- date: d" in md
     assert "seconds per mode" in md and "torch.compile's includes compile skip-guards" in md

@@ -24,7 +24,12 @@ def _run(tmp_path, tag, *extra):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
-    return out, next(tmp_path.glob(f"llm_decode_*_{tag}.md")).read_text()
+    # one report per tag, no date in the names (the date is inside the report)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert all(n.startswith(f"llm_decode_{tag}") for n in names), names
+    md = (tmp_path / f"llm_decode_{tag}.md").read_text()
+    assert "- date: " in md and "commit: " in md
+    return out, md
 
 
 def test_llm_decode_stub_with_regions(tmp_path):
@@ -68,7 +73,7 @@ def test_llm_decode_stub_whole_model_region(tmp_path):
     assert "FELL BACK" not in out
     # --torch-profile: one profiled request per mode; the native program's ATen calls go
     # through the dispatcher, so Trident's table lists them as eager's does
-    prof = next(tmp_path.glob("llm_decode_*_m_profile.md")).read_text()
+    prof = (tmp_path / "llm_decode_m_profile.md").read_text()
     for mode in ("eager", "trident"):
         part = prof.split(f"## qwen3/{mode}:")[1].split("## ")[0]
         assert "| aten::mm |" in part and "| aten::mul |" in part, part
@@ -222,10 +227,24 @@ def test_trident_full_mode_is_trident_without_below_autograd(tmp_path):
     rows = [ln for ln in md.splitlines() if ln.startswith("| qwen3 | mmlu | trident")]
     assert len(rows) == 2 and all("same (1/1)" in ln for ln in rows), md
     assert "| vs trident_full |" in md
-    text = next(tmp_path.glob("llm_decode_*_ab_trident.txt")).read_text()
+    text = (tmp_path / "llm_decode_ab_trident.txt").read_text()
     sections = {s.splitlines()[0]: s for s in text.split("### ")[1:]}
     full = [s for h, s in sections.items() if h.endswith("(trident_full)")]
     plain = [s for h, s in sections.items() if not h.endswith("(trident_full)")]
     assert full and plain
     assert not any("run below the autograd" in s for s in full)
     assert any("run below the autograd" in s for s in plain)
+
+
+def test_default_report_names_follow_the_models():
+    """Without --tag the report is named after its models (results/latest/llm_decode_qwen3.md
+    for a FlagGems run of Qwen3), with the provider and --tiny when they differ from the full
+    run's, and without a date."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import llm_decode as ld
+
+    assert ld.default_tag(["qwen3"], "flaggems", False) == "qwen3"
+    assert ld.default_tag(["deepseek_v2"], "flaggems", False) == "deepseek_v2"
+    assert ld.default_tag(["qwen3", "deepseek_v2"], "stub", True) == "qwen3_deepseek_v2_stub_tiny"
+    a = ld.parse_args([])
+    assert Path(a.out_dir) == ROOT / "benchmarks" / "results" / "latest"
