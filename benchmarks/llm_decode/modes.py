@@ -41,6 +41,9 @@ class Registry:
             self.drop(op)
 
 
+# ---------------------------------------------------------------- wrappers
+
+
 def make_wrapper(mode: str, fn, dynamic, max_versions=None):
     if mode == "eager":
         return fn
@@ -118,6 +121,8 @@ def global_state_misses(f) -> dict:
             out[d] = out.get(d, 0) + 1
     return out
 
+
+# ---------------------------------------------------------------- regions
 
 # --regions names.  Classes: the suffix of the model's class names whose forward is compiled (the
 # rotary embedding class is not one: under Trident, Qwen3's decorated forward falls back, "guard
