@@ -78,12 +78,11 @@ def check_side_effects(output_graph, own_kwargs: str | None = None) -> tuple[Att
     does.  Anything else that mutates a pre-existing object (a list or dict changed in place,
     an attribute deleted, an object without a source) and tensor hooks are refused."""
     se = output_graph.side_effects
+    from torch._dynamo.source import LocalSource
     from torch._dynamo.variables.base import (AttributeMutationExisting, AttributeMutationNew,
                                               ValueMutationNew)
     from torch._dynamo.variables.misc import DeletedVariable
     from torch._dynamo.variables.user_defined import UserDefinedObjectVariable
-
-    from torch._dynamo.source import LocalSource
 
     stores = []
     for var in list(se.id_to_variable.values()):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -48,7 +48,7 @@ class _Pending:
     desc: _Desc | None  # None at its places after the first
 
 
-_Desc = Union[ReturnDesc, _Pending]
+_Desc = ReturnDesc | _Pending
 
 
 class _Describer:

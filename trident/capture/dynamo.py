@@ -25,11 +25,11 @@ from ..errors import CaptureError, UnsupportedError
 from . import adapters
 from .aten import fake_mode_of, to_aten
 from .aten import rewrite_size_lists as _rewrite_size_lists  # noqa: F401 - tests import it here
-from .checks import AttrStore, check_side_effects, mode_change, own_kwargs_name, \
-    whole_function_mode
+from .checks import (AttrStore, check_side_effects, mode_change, own_kwargs_name,
+                     whole_function_mode)
 from .describe import describe_return as _describe_return  # a module name tests replace
-from .guard_record import GuardsRecorded, ShapeExpr, SizesStrides, before_call, \
-    on_failed_trace, shape_exprs, sizes_strides
+from .guard_record import (GuardsRecorded, ShapeExpr, SizesStrides, before_call,
+                           on_failed_trace, shape_exprs, sizes_strides)
 from .launches import RecordingInterpreter, is_triton_node, triton_needs_static
 from .returns import Returned, check_described
 from .types import Capture, GraphInput, PathGuards
@@ -171,6 +171,7 @@ class _Recorder:
         finally:
             reset_code(self.fn.__code__)
             _forget_backend(self._backend)
+            self._backend = None  # no reference cycle through the bound method
 
     def may_retry_static(self) -> bool:
         """Whether this failed dynamic attempt ran nothing (Dynamo stopped while tracing, or

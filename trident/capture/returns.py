@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Union
+from typing import TYPE_CHECKING, Literal
 
 import torch
 
@@ -133,8 +133,8 @@ class Returned:
     stores: tuple[Store, ...] = ()
 
 
-ReturnDesc = Union[GraphOutput, InputRef, SourceRef, Const, Seq, DictOf, NewObject, Rebuild,
-                   Shared]
+ReturnDesc = (GraphOutput | InputRef | SourceRef | Const | Seq | DictOf | NewObject | Rebuild
+              | Shared)
 
 _SEQ_TYPES = {"tuple": tuple, "list": list, "size": torch.Size}
 

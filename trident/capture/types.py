@@ -13,8 +13,8 @@ from .guard_record import ShapeExpr, SizesStrides
 from .returns import Returned
 
 if TYPE_CHECKING:
-    from torch._dynamo.types import GuardFilterEntry
     from torch._dynamo.source import Source
+    from torch._dynamo.types import GuardFilterEntry
 
     from ..triton.launch import LaunchRecord
 
