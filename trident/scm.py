@@ -169,7 +169,7 @@ class SCM:
         self.stats.captures += 1
         if cap.triton_needs_static and self.static_after is None:
             self.static_after = len(self.versions)
-            cap.notes.append("later misses capture with static shapes at once")
+            cap = cap.with_note("later misses capture with static shapes at once")
         t1 = time.perf_counter()
         try:
             version = self._make_version(cap, reason)

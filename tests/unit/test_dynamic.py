@@ -4,6 +4,8 @@ dynamic=True: from the first capture; dynamic=False: always specialize)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import trident
@@ -240,10 +242,9 @@ def test_after_a_static_retry_for_triton_later_misses_capture_statically(h, monk
         if len(asked) != 2:
             return real(*a, **kw)
         cap = real(*a, **{**kw, "dynamic": False})  # what the retry captures
-        cap.triton_needs_static = True
-        cap.notes.append("captured with static shapes: a Triton autotune key or heuristic "
-                         "reads a dynamic size")
-        return cap
+        return dataclasses.replace(cap, triton_needs_static=True, notes=(
+            *cap.notes, "captured with static shapes: a Triton autotune key or heuristic "
+            "reads a dynamic size"))
 
     monkeypatch.setattr(scm_mod, "capture", capture)
     f = trident.jit(_scaled)

@@ -5,8 +5,8 @@ Dynamo returns more than tensors, numbers, tuples, lists, dicts and dataclasses:
 array it computed as a tensor (`torch._numpy`), a deque, a set, a namedtuple or a structseq
 (`torch.return_types.*`), a dict subclass such as an OrderedDict, each built by the function.
 An attribute Dynamo reads from a returned tensor or array (`.strides`) is one more.
-`capture.dynamo._describe_return` describes such an object as ("rebuild", function,
-[(argument, item)]) with one of the functions below; `check` says, on the capturing call,
+`capture.describe` describes such an object as a `returns.Rebuild` (one of the functions
+below, its arguments' descriptions by name); `check` says, on the capturing call,
 whether that description rebuilds the object the call returned (the same type and, where
 they have them, length, keys, maxlen and no instance attributes), and hands back the parts
 to check against the item descriptions.  Each function builds the object as the type itself
@@ -16,6 +16,8 @@ builds it; a subclass that overrides how it is built or filled is not described 
 from __future__ import annotations
 
 import collections
+
+from .returns import Const
 
 
 def ndarray(value):
@@ -55,10 +57,10 @@ def dict_of(cls, keys, values):
     return d
 
 
-def check(fn, real, args: dict, descs: dict) -> tuple[str | None, list]:
+def check(fn, real, args: dict, descs: dict) -> tuple[str | None, list[tuple[str, object]]]:
     """(why `fn(**args)` would not rebuild `real`, or None; the parts of `real` that the
-    item descriptions `descs` describe, as (argument name, None, part)).  `args`: the
-    constant arguments by name; `descs`: every argument's description by name."""
+    item descriptions `descs` describe, as (argument name, part)).  `args`: the constant
+    arguments by name; `descs`: every argument's description by name (`returns.Rebuild`)."""
     name = fn.__name__
     if fn is ndarray:
         import numpy as np
@@ -70,11 +72,11 @@ def check(fn, real, args: dict, descs: dict) -> tuple[str | None, list]:
     if fn is deque:
         if type(real) is not collections.deque or real.maxlen != args["maxlen"]:
             return "a returned deque is not what Dynamo described", []
-        return None, [("items", None, list(real))]
+        return None, [("items", list(real))]
     if fn in (set_of, frozenset_of):
         kind = set if fn is set_of else frozenset
-        items = descs["items"][2]  # ("seq", "tuple", [desc]): the elements in Dynamo's order
-        consts = [d[1] for d in items if d[0] == "const"]
+        items = descs["items"].items  # a Seq of the elements in Dynamo's order
+        consts = [d.value for d in items if isinstance(d, Const)]
         if type(real) is not kind or len(real) != len(items) or \
                 not all(c in real for c in consts):
             return f"a returned {kind.__name__} is not what Dynamo described", []
@@ -82,10 +84,10 @@ def check(fn, real, args: dict, descs: dict) -> tuple[str | None, list]:
     if fn is tuple_of:
         if type(real) is not args["cls"] or getattr(real, "__dict__", None):
             return f"a returned {args['cls'].__qualname__} is not what Dynamo described", []
-        return None, [("items", None, tuple(real))]
+        return None, [("items", tuple(real))]
     if fn is dict_of:
         if type(real) is not args["cls"] or list(real) != list(args["keys"]) or \
                 getattr(real, "__dict__", None):
             return f"a returned {args['cls'].__qualname__} is not what Dynamo described", []
-        return None, [("values", None, tuple(real.values()))]
+        return None, [("values", tuple(real.values()))]
     return f"no check for {name}", []

@@ -628,69 +628,67 @@ _CONST_TYPES = (int, float, bool, str, type(None), torch.dtype, torch.device)
 
 
 def _output_tree(cap, out_vals, conv, consts, lo, placeholders) -> ir.Out:
-    """The result as Dynamo rebuilds it (cap.ret), over IR values."""
+    """The result as Dynamo rebuilds it (cap.ret, a `capture.returns.Returned`), over IR
+    values."""
+    from ..capture import returns as ret
+
     if cap.ret is None:
         raise UnsupportedError("no description of the return value")
 
-    def ref(kind, v):
-        if kind == "bool" and isinstance(v, ir.OutSym):
-            return ir.OutSym(v.var, "bool")
-        return v
+    def names_of(d) -> tuple:
+        # A new tuple for each object: ConstPool.add keys on identity, and each OutNew has its
+        # own keyword-names constant.
+        return tuple(n for n in d.names)
 
-    def build(d):
-        tag = d[0]
-        if tag == "out":
-            _, i, kind = d
-            v = out_vals[i]
+    def build(d: ret.ReturnDesc) -> ir.Out:
+        if isinstance(d, ret.GraphOutput):
+            v = out_vals[d.index]
             if v is None:
                 raise UnsupportedError("a returned graph output is None")
-            return ref(kind, v)
-        if tag == "in":
-            _, j, kind = d
-            gin = cap.inputs[j]
-            if kind == "tensor":
-                return ir.OutSource(conv(gin.source))
-            val = lo.vals[placeholders[j]]
+            if d.kind == "bool" and isinstance(v, ir.OutSym):
+                return ir.OutSym(v.var, "bool")
+            return v
+        if isinstance(d, ret.InputRef):
+            if d.kind == "tensor":
+                return ir.OutSource(conv(cap.inputs[d.index].source))
+            val = lo.vals[placeholders[d.index]]
             if val[0] != "sym":
                 raise UnsupportedError("a returned input scalar")
-            return ir.OutSym(val[1], kind)
-        if tag == "source":
-            return ir.OutSource(conv(d[1]))
-        if tag == "const":
-            v = d[1]
-            if type(v) not in _CONST_TYPES:
-                raise UnsupportedError(f"a returned constant of type {type(v).__name__}")
-            return ir.OutConst(consts.add(v), repr(v))
-        if tag == "seq":
-            items = tuple(build(x) for x in d[2])
-            if d[1] == "size":
+            return ir.OutSym(val[1], d.kind)
+        if isinstance(d, ret.SourceRef):
+            return ir.OutSource(conv(d.source))
+        if isinstance(d, ret.Const):
+            if type(d.value) not in _CONST_TYPES:
+                raise UnsupportedError(f"a returned constant of type {type(d.value).__name__}")
+            return ir.OutConst(consts.add(d.value), repr(d.value))
+        if isinstance(d, ret.Seq):
+            items = tuple(build(x) for x in d.items)
+            if d.kind == "size":
                 return ir.OutSeq("size", items, consts.add(torch.Size))
-            return ir.OutSeq(d[1], items)
-        if tag == "dict":
-            keys = [k for k, _ in d[1]]
-            if not all(type(k) in (str, int) for k in keys):
+            return ir.OutSeq(d.kind, items)
+        if isinstance(d, ret.DictOf):
+            if not all(type(k) in (str, int) for k in d.keys):
                 raise UnsupportedError("a returned dict has non-constant keys")
-            return ir.OutDict(tuple(consts.add(k) for k in keys), tuple(repr(k) for k in keys),
-                              tuple(build(v) for _, v in d[1]))
-        if tag == "new":
-            cls, items = d[1], d[2]
-            names = tuple(n for n, _ in items)
-            return ir.OutNew(consts.add(cls), cls.__qualname__, consts.add(names), names,
-                             tuple(build(x) for _, x in items))
-        if tag == "rebuild":  # capture.rebuild's d[1](**{name: item})
-            names = tuple(n for n, _ in d[2])
-            values = tuple(ir.OutConst(consts.add(x[1]), repr(x[1])) if x[0] == "arg"
-                           else build(x) for _, x in d[2])
-            return ir.OutNew(consts.add(d[1]), d[1].__name__, consts.add(names), names, values)
-        if tag == "same":
-            return ir.OutShared(d[1], None if d[2] is None else build(d[2]))
-        if tag == "stores" and d is cap.ret:
-            stores = []
-            for src, name, item in d[2]:
-                if not isinstance(name, str) or not name.isidentifier():
-                    raise UnsupportedError(f"an attribute store to {name!r}")
-                stores.append(ir.Store(conv(src), consts.add(name), name, build(item)))
-            return ir.OutStores(build(d[1]), tuple(stores))
-        raise UnsupportedError(f"result element {tag}")
+            return ir.OutDict(tuple(consts.add(k) for k in d.keys),
+                              tuple(repr(k) for k in d.keys), tuple(build(v) for v in d.values))
+        if isinstance(d, ret.NewObject):
+            names = names_of(d)
+            return ir.OutNew(consts.add(d.cls), d.cls.__qualname__, consts.add(names), names,
+                             tuple(build(x) for x in d.values))
+        if isinstance(d, ret.Rebuild):  # capture.rebuild's d.fn(**{name: value})
+            names = names_of(d)
+            values = tuple(ir.OutConst(consts.add(x.value), repr(x.value))
+                           if isinstance(x, ret.RebuildArg) else build(x) for x in d.values)
+            return ir.OutNew(consts.add(d.fn), d.fn.__name__, consts.add(names), names, values)
+        if isinstance(d, ret.Shared):
+            return ir.OutShared(d.number, None if d.desc is None else build(d.desc))
+        raise UnsupportedError(f"result element {type(d).__name__}")
 
-    return build(cap.ret)
+    if not cap.ret.stores:
+        return build(cap.ret.value)
+    stores = []
+    for s in cap.ret.stores:
+        if not isinstance(s.name, str) or not s.name.isidentifier():
+            raise UnsupportedError(f"an attribute store to {s.name!r}")
+        stores.append(ir.Store(conv(s.target), consts.add(s.name), s.name, build(s.value)))
+    return ir.OutStores(build(cap.ret.value), tuple(stores))
