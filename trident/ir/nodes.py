@@ -520,7 +520,7 @@ class Call:
     outs: tuple
     mutates: bool = False  # writes to an argument (in-place / out= op)
     # runs below the autograd layer (Autograd and ADInplaceOrView keys excluded; see
-    # lower.below_autograd_nodes)
+    # ir/passes/below_autograd.py)
     below: bool = False
 
     def __str__(self) -> str:
