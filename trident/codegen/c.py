@@ -32,8 +32,6 @@ import json
 import re
 from dataclasses import dataclass
 
-import torch
-
 from .. import abi
 from ..errors import UnsupportedError
 from ..ir import nodes as ir
@@ -244,9 +242,6 @@ class _VersionGen:
     # -- guards
     def guard(self, k: int, g) -> None:
         text = _guard_comment(g)
-        if _env_guard(g):
-            self._env_guard(k, g, text)
-            return
         self.lines.append(f"  /* [{k}] {text} */")
         fail = f"FAIL({k})"
         if isinstance(g, ir.GlobalState):
@@ -329,13 +324,13 @@ class _VersionGen:
         else:
             raise UnsupportedError(f"guard {type(g).__name__} has no C lowering")
 
-    def _env_guard(self, k: int, g, text: str) -> None:
-        """A guard on the environment only (every source a global or a constant, then
-        attributes, items, types): a row of the version's `envg_desc` table (its loads as
-        steps, then its check), evaluated with the version's other environment guards as one
-        block by scm_main.c (trt_envblock in scm_prelude.h), which the version's function
-        re-evaluates only when something they read has changed.  The check of the block is
-        emitted where the first of them stood."""
+    def env_check(self, c: ir.EnvCheck, g) -> None:
+        """Guard `c.guard` of the environment block (`ir.EnvBlock`, passes/env_block.py): a row
+        of the version's `envg_desc` table, evaluated with the block's other rows by
+        scm_main.c (trt_envblock in scm_prelude.h), which the version's function re-evaluates
+        only when something they read has changed.  The check of the block is emitted where
+        the first of them stood."""
+        k = c.guard
         if not self.mod.env:
             self.lines.append(f"  /* [{k}...] environment guards: envg_desc, cached */")
             args = "envg_desc, envg_ix, TRT_NENV, &S->envctx, &S->h.failed"
@@ -347,70 +342,22 @@ class _VersionGen:
                 f"  }} else if (S->h.eb.nlive && !trt_envblock_live(&S->h.eb, {args})) {{\n"
                 "    goto miss;\n  }")
         self.mod.env.append(k)
-        consts = self.v.consts
-        kind, flags, c0, c1, name, n = "ID", 0, 0, 0, 0, 0
-        srcs = [g.a, g.b] if isinstance(g, ir.SameObject) else [g.source]
-        if isinstance(g, ir.IdMatch):
-            c0 = g.const
-        elif isinstance(g, ir.EqualsMatch):
-            kind, c0, c1 = "EQ", g.const, g.type_const
-            if not _immutable(consts[g.const]):
-                flags |= 1  # a mutable value: compared on every call
-        elif isinstance(g, ir.TypeMatch):
-            kind, c0 = "TYPE", g.type_const
-        elif isinstance(g, ir.SameObject):
-            kind = "SAME"
-        elif isinstance(g, ir.NotInDict):
-            kind, name = "NOTIN", self.mod.name_ix(g.name)
-        elif isinstance(g, ir.Contains):
-            kind, c0 = "CONTAINS", g.key
-            flags |= (4 if g.present else 0) | (2 if g.kind == "dict" else 8 | 1)
-        elif isinstance(g, ir.LengthMatch):
-            kind, c0, n = "LEN", g.type_const, g.length
-            t = consts[g.type_const]
-            if t is dict:
-                flags |= 2
-            elif t not in (tuple, str, bytes):
-                flags |= 1  # a mutable container: measured on every call
-        elif isinstance(g, ir.DictKeysMatch):
-            kind, c0, flags = "DICTKEYS", g.const, flags | 2
-        else:
-            raise UnsupportedError(f"guard {type(g).__name__} in an environment block")
-        chains = [self._env_steps(src) for src in srcs]
+        name = self.mod.name_ix(c.name) if c.name is not None else 0
+        # names are interned from each chain's last step back to its root, as they always
+        # were (the order of the version's name table, and so its C text, stays the same)
+        chains = [[self._env_step(s) for s in reversed(ch)][::-1] for ch in c.chains]
         steps = [st for ch in chains for st in ch]
-        self.mod.helpers.append(f"/* [{k}] {text} */")
+        flags = sum(abi.ENV_GUARD_FLAGS[f] for f in c.flags)
+        self.mod.helpers.append(f"/* [{k}] {_guard_comment(g)} */")
         self.mod.helpers.append(f"static const trt_envstep es{k}[] = {{{', '.join(steps)}}};")
         self.mod.env_rows.append(
-            f"  {{TRT_EG_{kind}, {flags}, {len(steps)}, {len(chains[0])}, es{k}, {c0}, {c1}, "
-            f"{name}, INT64_C({n})}},  /* [{k}] */")
+            f"  {{TRT_EG_{c.kind.upper()}, {flags}, {len(steps)}, {len(chains[0])}, es{k}, "
+            f"{c.c0}, {c.c1}, {name}, INT64_C({c.n})}},  /* [{k}] */")
 
-    def _env_steps(self, src) -> list:
-        """The C initializers of the steps loading `src`, from its root."""
-        out = []
-        while True:
-            if isinstance(src, ir.Global):
-                out.append(f"{{TRT_ES_GLOBAL, {self.mod.name_ix(src.name)}}}")
-                break
-            if isinstance(src, ir.ConstObj):
-                out.append(f"{{TRT_ES_CONST, {src.index}}}")
-                break
-            if isinstance(src, ir.Attr):
-                out.append(f"{{TRT_ES_ATTR, {self.mod.name_ix(src.name)}}}")
-            elif isinstance(src, ir.TypeOf):
-                out.append("{TRT_ES_TYPEOF, 0}")
-            elif isinstance(src, ir.DictEntryAt):
-                op = "TRT_ES_DICT_VALUE_AT" if src.value else "TRT_ES_DICT_KEY_AT"
-                out.append(f"{{{op}, {src.index}}}")
-            elif isinstance(src, ir.Item) and src.const >= 0:
-                out.append(f"{{TRT_ES_ITEM_CONST, {src.const}}}")
-            elif isinstance(src, ir.Item) and isinstance(src.key, int):
-                out.append(f"{{TRT_ES_ITEM_INT, {src.key}}}")
-            elif isinstance(src, ir.Item):
-                out.append(f"{{TRT_ES_ITEM_STR, {self.mod.name_ix(src.key)}}}")
-            else:  # _env_guard() admitted only the kinds above
-                raise UnsupportedError(f"cannot load source {src} in an environment guard")
-            src = src.base
-        return out[::-1]
+    def _env_step(self, s: ir.EnvStep) -> str:
+        """The C initializer of one step (`trt_envstep`)."""
+        arg = self.mod.name_ix(s.arg) if s.op in ("global", "attr", "item_str") else s.arg
+        return f"{{TRT_ES_{s.op.upper()}, {arg}}}"
 
     # -- program
     def instr(self, ins) -> None:
@@ -634,8 +581,12 @@ class _VersionGen:
         self.shared: dict[int, str] = {}  # OutShared number -> the C variable holding it
         self.side_effects = False
         self.lines.append("  int ok = 1, rc = 0;\n  int64_t gx = 1, gy = 1, gz = 1;")
+        env = {c.guard: c for c in v.env.checks} if v.env else {}
         for k, g in enumerate(v.guards):
-            self.guard(k, g)
+            if k in env:
+                self.env_check(env[k], g)
+            else:
+                self.guard(k, g)
         # Python ints the program reads must fit in int64: checked here, so a
         # huge int is a specialization miss (Dynamo then decides), not an error.
         for src in _pyint_sources(v.program):
@@ -769,50 +720,6 @@ def _total(e) -> bool:
             return e.rhs.value != 0
         return e.op == ">>" and 0 <= e.rhs.value <= 62
     return isinstance(e, ir.UnOp) and e.op in ("-", "abs", "not")
-
-
-_ENV_GUARDS = (ir.IdMatch, ir.EqualsMatch, ir.TypeMatch, ir.SameObject, ir.NotInDict,
-               ir.Contains, ir.LengthMatch, ir.DictKeysMatch)
-
-
-def _env_source(src) -> bool:
-    """A source read from the environment alone: a global or a constant, then attributes,
-    items, `type()` and dict entries (no call, no argument of the call)."""
-    while isinstance(src, (ir.Attr, ir.Item, ir.TypeOf, ir.DictEntryAt)):
-        src = src.base
-    return isinstance(src, (ir.Global, ir.ConstObj))
-
-
-_ENV_STEPS = abi.ENV_STEPS  # TRT_ENV_STEPS of scm_prelude.h
-
-
-def _chain_len(src) -> int:
-    n = 1
-    while isinstance(src, (ir.Attr, ir.Item, ir.TypeOf, ir.DictEntryAt)):
-        src = src.base
-        n += 1
-    return n
-
-
-def _env_guard(g) -> bool:
-    if not isinstance(g, _ENV_GUARDS):
-        return False
-    if isinstance(g, ir.SameObject):
-        return (_env_source(g.a) and _env_source(g.b)
-                and _chain_len(g.a) + _chain_len(g.b) <= _ENV_STEPS)
-    return _env_source(g.source) and _chain_len(g.source) <= _ENV_STEPS
-
-
-_IMMUTABLE = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device)
-
-
-def _immutable(v) -> bool:
-    """A value whose equality with a constant cannot change while it is the same object."""
-    if type(v) in _IMMUTABLE:
-        return True
-    if type(v) in (tuple, frozenset):
-        return all(_immutable(x) for x in v)
-    return False
 
 
 def _guard_comment(g) -> str:

@@ -10,6 +10,8 @@ def print_version(v: ir.Version) -> str:
     lines.append("  guards:")
     for i, g in enumerate(v.guards):
         lines.append(f"    [{i}] {g}")
+    if v.env is not None:
+        lines.append(f"  {v.env}")
     if v.eager:
         lines.append(f"  runs eagerly: {v.eager} (the program calls the function in Python)")
     if v.run_mode:

@@ -20,8 +20,10 @@ from .. import nodes as ir
 from .below_autograd import below_autograd_nodes, no_autograd
 from .buffer_reuse import inplace_nodes
 from .dead_clone import dead_clones
+from .env_block import env_block
 
-PIPELINE: tuple = ()
+# In order; each `Version -> Version`.
+PIPELINE = (env_block,)
 
 
 def run(v: ir.Version) -> ir.Version:

@@ -1,0 +1,56 @@
+"""The passes between lowering and codegen (trident/ir/passes): each records its decision in
+the host IR, which the printer shows and codegen only prints."""
+
+from __future__ import annotations
+
+from trident.codegen.c import generate_version
+from trident.ir import nodes as ir
+from trident.ir import passes
+from trident.ir.passes.env_block import env_block
+from trident.ir.printer import print_version
+
+
+def _version(guards, program=(), output=None, consts=(dict, object(), [1], 7)):
+    return ir.Version(0, tuple(guards), tuple(program), output or ir.OutConst(3, "7"), 4,
+                      consts=consts)
+
+
+def test_env_block_takes_the_environment_guards_only():
+    mod = ir.Global("mod")
+    guards = [
+        ir.TensorMatch(ir.Local(0, "x"), 1, "Tensor", 6, "float32", 0, -1, "cpu", False, 1,
+                       (2,), (1,)),
+        ir.IdMatch(ir.Attr(mod, "f"), 1, "mod.f"),
+        ir.EqualsMatch(ir.Item(ir.Attr(mod, "cfg"), "n"), 0, 2, "[1]"),  # a mutable value
+        ir.TypeMatch(ir.Local(1, "y"), 0, "dict"),  # an argument: not the environment
+        ir.Contains(ir.Attr(mod, "s"), "set", 3, True, "7"),
+        ir.LengthMatch(ir.Attr(mod, "d"), 0, "dict", 2),
+        ir.NotInDict(ir.TypeOf(ir.ConstObj(1, "obj")), "x"),
+    ]
+    v = env_block(_version(guards))
+    assert v.env.guards == (1, 2, 4, 5, 6)
+    rows = {c.guard: c for c in v.env.checks}
+    assert rows[1].kind == "id" and rows[1].chains == (
+        (ir.EnvStep("global", "mod"), ir.EnvStep("attr", "f")),)
+    assert rows[2].flags == ("uncovered",)
+    assert rows[2].chains[0][-1] == ir.EnvStep("item_str", "n")
+    assert set(rows[4].flags) == {"set", "uncovered", "present"}
+    assert rows[5].flags == ("dict",) and rows[5].n == 2
+    assert rows[6].name == "x" and rows[6].chains == (
+        (ir.EnvStep("const", 1), ir.EnvStep("typeof", 0)),)
+    assert "environment block [1] [2] (uncovered)" in print_version(v)
+    c = generate_version(v).text
+    assert c.count("TRT_EG_") == 5 and "static const int envg_ix[] = {1, 2, 4, 5, 6};" in c
+    assert "{TRT_EG_CONTAINS, 13, " in c  # uncovered | present | set, from trident.abi
+
+
+def test_without_the_pass_every_guard_is_inline():
+    guards = [ir.IdMatch(ir.Attr(ir.Global("mod"), "f"), 1, "mod.f")]
+    c = generate_version(_version(guards)).text
+    assert "envg_desc" not in c and "trt_getattr" in c
+
+
+def test_the_pipeline_is_idempotent():
+    guards = [ir.IdMatch(ir.Attr(ir.Global("mod"), "f"), 1, "mod.f")]
+    v = passes.run(_version(guards))
+    assert passes.run(v) == v and passes.run(v).env == v.env
