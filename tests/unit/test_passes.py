@@ -54,3 +54,30 @@ def test_the_pipeline_is_idempotent():
     guards = [ir.IdMatch(ir.Attr(ir.Global("mod"), "f"), 1, "mod.f")]
     v = passes.run(_version(guards))
     assert passes.run(v) == v and passes.run(v).env == v.env
+
+
+def _npow2(e):
+    """Triton's next_power_of_2 as Dynamo writes it out: each step repeats its operand."""
+    e = ir.BinOp("-", e, ir.IntConst(1))
+    for sh in (1, 2, 4, 8, 16, 32):
+        e = ir.BinOp("|", e, ir.BinOp(">>", e, ir.IntConst(sh)))
+    return ir.BinOp("+", e, ir.IntConst(1))
+
+
+def test_shared_subexpressions_are_computed_once():
+    x = ir.Local(0, "x")
+    tm = ir.TensorMatch(x, 1, "Tensor", 6, "float32", 0, -1, "cpu", False, 1, (None,), (1,))
+    p = _npow2(ir.SymLeaf(ir.TensorSize(x, 0)))
+    guard = ir.ShapeGuard(ir.BinOp("<=", p, ir.IntConst(4096)), "next_power_of_2(s0) <= 4096")
+    plain = ir.ShapeGuard(ir.BinOp("<=", ir.IntConst(2), ir.SymLeaf(ir.TensorSize(x, 0))), "")
+    v = passes.run(_version([tm, guard, plain]))
+    shared = v.guards[1].shared
+    assert v.guards[1] == guard and str(v.guards[1]) == str(guard)  # what misses report
+    assert v.guards[2].shared is None  # nothing repeats
+    # each of the six steps reads the previous one twice: six temporaries, the innermost first
+    assert str(shared).count(":=") == 6 and "(t0 := (L['x'].size(0) - 1))" in str(shared)
+    assert str(shared).startswith("((((t5 := ")
+    assert "computed as ((" in print_version(v)
+    c = generate_version(v).text
+    assert "int64_t c1_5 = " in c and "int64_t c1_6" not in c
+    assert len(c) < len(generate_version(_version([tm, guard, plain])).text)

@@ -191,51 +191,19 @@ class _VersionGen:
         raise UnsupportedError(f"cannot emit expression {e}")
 
     def shared_expr(self, e, prefix: str) -> tuple[list, str]:
-        """`e` with each repeated subexpression computed once: (temporaries, C).
-
-        Dynamo's shape guards are trees in which a symbolic value computed by a
-        chain of operations (Triton's next_power_of_2: six shifts and ors) is
-        written out again at every use; nested, FlagGems' cumsum made one guard
-        of 500 KB.  A subexpression that occurs twice or more becomes an
-        `int64_t` temporary evaluated before the condition, when its evaluation
-        can neither fail nor depend on a short circuit: + - * | & ^ min max,
-        comparisons, unary - abs not, // and % by a nonzero constant, and >> by
-        a constant in [0, 62].  Other divisions, modulos and left shifts (which
-        can set `ok`) stay in place; a
-        leaf read inside a temporary may still clear `ok` (a miss, as before)."""
-        ids: dict = {}    # id(node) -> canonical number
-        canon: dict = {}  # structure -> canonical number
-        count: dict = {}  # canonical number -> uses
-
-        def number(n) -> int:
-            c = ids.get(id(n))
-            if c is None:
-                if isinstance(n, ir.BinOp):
-                    key = ("b", n.op, number(n.lhs), number(n.rhs))
-                elif isinstance(n, ir.UnOp):
-                    key = ("u", n.op, number(n.operand))
-                else:
-                    key = ("l", n)
-                c = canon.setdefault(key, len(canon))
-                ids[id(n)] = c
-            count[c] = count.get(c, 0) + 1
-            return c
-
-        number(e)
-        temps: dict = {}
+        """`e` (a shape guard's, `ShapeGuard.shared` when passes/shared_subexpressions set it)
+        as (temporaries, C): each `ir.Shared` is an `int64_t` temporary `<prefix><index>`
+        declared where its computation ends, each `ir.SharedRef` that temporary."""
         pre: list = []
 
         def emit(n) -> str:
-            c = ids[id(n)]
-            if c in temps:
-                return temps[c]
-            text = self.expr(n, emit)
-            if count[c] >= 2 and _total(n):
-                name = f"{prefix}{len(temps)}"
-                pre.append(f"int64_t {name} = {text};")
-                temps[c] = name
+            if isinstance(n, ir.Shared):
+                name = f"{prefix}{n.index}"
+                pre.append(f"int64_t {name} = {self.expr(n.expr, emit)};")
                 return name
-            return text
+            if isinstance(n, ir.SharedRef):
+                return f"{prefix}{n.index}"
+            return self.expr(n, emit)
 
         return pre, emit(e)
 
@@ -314,7 +282,7 @@ class _VersionGen:
             conds = [f"{vs[i]} == {vs[j]}" for i in range(len(vs)) for j in range(i + 1, len(vs))]
             self.lines.append(f"  if ({' || '.join(conds)}) {fail};")
         elif isinstance(g, ir.ShapeGuard):
-            pre, cond = self.shared_expr(g.expr, f"c{k}_")
+            pre, cond = self.shared_expr(g.expr if g.shared is None else g.shared, f"c{k}_")
             if not pre:
                 self.lines.append(f"  ok = 1; if (!({cond}) || !ok) {fail};")
             else:
@@ -702,26 +670,6 @@ def _pyint_sources(program) -> list:
 
 
 _COMMENT_MAX = 400
-_TOTAL_OPS = frozenset(("+", "-", "*", "|", "&", "^", "max", "min",
-                        "==", "!=", "<", "<=", ">", ">="))
-
-
-def _total(e) -> bool:
-    """An operation whose C does not short-circuit and sets `ok` only on an int64 overflow
-    (leaves are not worth a temporary). A temporary is evaluated even where the expression
-    would short-circuit past it, so an overflow there makes the guard miss where Python's
-    would not have evaluated it: a needless capture, never a wrong hit."""
-    if isinstance(e, ir.BinOp):
-        if e.op in _TOTAL_OPS:
-            return True
-        if not isinstance(e.rhs, ir.IntConst):
-            return False
-        if e.op in ("//", "%"):  # by a constant: never by zero (Dynamo writes x >> 1 as x // 2)
-            return e.rhs.value != 0
-        return e.op == ">>" and 0 <= e.rhs.value <= 62
-    return isinstance(e, ir.UnOp) and e.op in ("-", "abs", "not")
-
-
 def _guard_comment(g) -> str:
     text = _comment(str(g))
     if len(text) > _COMMENT_MAX:  # explain() prints the whole guard

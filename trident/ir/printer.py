@@ -10,6 +10,8 @@ def print_version(v: ir.Version) -> str:
     lines.append("  guards:")
     for i, g in enumerate(v.guards):
         lines.append(f"    [{i}] {g}")
+        if isinstance(g, ir.ShapeGuard) and g.shared is not None:
+            lines.append(f"          computed as {g.shared}")
     if v.env is not None:
         lines.append(f"  {v.env}")
     if v.eager:

@@ -21,9 +21,10 @@ from .below_autograd import below_autograd_nodes, no_autograd
 from .buffer_reuse import inplace_nodes
 from .dead_clone import dead_clones
 from .env_block import env_block
+from .shared_subexpressions import shared_subexpressions
 
 # In order; each `Version -> Version`.
-PIPELINE = (env_block,)
+PIPELINE = (env_block, shared_subexpressions)
 
 
 def run(v: ir.Version) -> ir.Version:
