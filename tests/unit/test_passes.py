@@ -81,3 +81,28 @@ def test_shared_subexpressions_are_computed_once():
     c = generate_version(v).text
     assert "int64_t c1_5 = " in c and "int64_t c1_6" not in c
     assert len(c) < len(generate_version(_version([tm, guard, plain])).text)
+
+
+def test_integers_of_the_inputs_move_first_and_int_arguments_are_checked():
+    x, n = ir.Local(0, "x"), ir.Local(1, "n")
+    program = (
+        ir.LoadScalar(0, n, "int"),
+        ir.LoadTensor(1, x),
+        ir.Call("aten::clamp_", "", (ir.Slot(1), ir.ConstArg("int", 0)), (2,), True),
+        ir.SymFromSlot("s0", 2),  # an integer an operator returned: stays in place
+        ir.SymDef("s1", ir.BinOp("*", ir.SymLeaf(ir.PyInt(ir.Local(2, "m"))), ir.IntConst(2)),
+                  3),
+        ir.SymDef("s2", ir.BinOp("+", ir.SymVar("s0"), ir.IntConst(1)), 4),
+    )
+    tm = ir.TensorMatch(x, 1, "Tensor", 6, "float32", 0, -1, "cpu", False, 1, (2,), (1,))
+    v = passes.run(_version([tm], program))
+    assert [type(i).__name__ for i in v.program] == [
+        "SymDef", "LoadScalar", "LoadTensor", "Call", "SymFromSlot", "SymDef"]
+    assert v.program[0].var == "s1" and v.program[-1].var == "s2"
+    # in the order lowering wrote them, not the reordered program's
+    assert v.int_checks == (n, ir.Local(2, "m"))
+    assert "ints checked to fit int64 after the guards (else a miss): L['n'], L['m']" \
+        in print_version(v)
+    c = generate_version(v).text
+    assert c.index("trt_pyint(o1, &ok); if (!ok) FAIL(1)") < c.index("S->h.hits++")
+    assert c.index("s1 = trt_mul(") < c.index("api->frame_set_tensor(F, 1")

@@ -557,7 +557,7 @@ class _VersionGen:
                 self.guard(k, g)
         # Python ints the program reads must fit in int64: checked here, so a
         # huge int is a specialization miss (Dynamo then decides), not an error.
-        for src in _pyint_sources(v.program):
+        for src in v.int_checks:  # passes/int_checks.py
             o = self.load(src)
             self.lines.append(f"  ok = 1; (void)trt_pyint({o}, &ok); if (!ok) FAIL({len(v.guards)});")
         if self.profile:
@@ -567,7 +567,7 @@ class _VersionGen:
             self.lines.append(f"  M = api->mode_enter({ir.RUN_MODES[v.run_mode][0]}); "
                               "if (!M) goto error;")
         self.lines.append(f"  F = api->frame_acquire({max(v.nslots, 1)});")
-        for ins in _inputs_first(v.program):
+        for ins in v.program:
             self.instr(ins)
         res = self.out(v.output)
         self.lines.append(f"  result = {res}; {res} = NULL;")
@@ -620,56 +620,9 @@ def _attr_expr(base: str, name: str, name_ref: str) -> str:
     return f"trt_getattr({base}, {name_ref})"
 
 
-def _inputs_first(program) -> list:
-    """The program with every SymDef computed from the inputs alone (their sizes, strides and
-    ints, read when the guards ran; not an integer an operator returned) moved to the front,
-    in order.  The values are the same wherever they are computed, but one beyond int64 is
-    then found before any operator writes to an argument: a miss (the call runs as eager
-    does), not the late OverflowError (found by the fuzzer: `x.clamp_(min=0); return s * 2`
-    with s = 2**62)."""
-    early: list = []
-    rest: list = []
-    known: set = set()
-
-    def from_inputs(e) -> bool:
-        if isinstance(e, ir.SymVar):
-            return e.name in known
-        if isinstance(e, ir.BinOp):
-            return from_inputs(e.lhs) and from_inputs(e.rhs)
-        if isinstance(e, ir.UnOp):
-            return from_inputs(e.operand)
-        return isinstance(e, (ir.SymLeaf, ir.IntConst))
-
-    for ins in program:
-        if isinstance(ins, ir.SymDef) and from_inputs(ins.expr):
-            known.add(ins.var)
-            early.append(ins)
-        else:
-            rest.append(ins)
-    return early + rest
-
-
-def _pyint_sources(program) -> list:
-    out: list = []
-
-    def walk(e):
-        if isinstance(e, ir.SymLeaf) and isinstance(e.leaf, ir.PyInt):
-            out.append(e.leaf.source)
-        elif isinstance(e, ir.BinOp):
-            walk(e.lhs)
-            walk(e.rhs)
-        elif isinstance(e, ir.UnOp):
-            walk(e.operand)
-
-    for ins in program:
-        if isinstance(ins, ir.LoadScalar) and ins.kind == "int":
-            out.append(ins.source)
-        elif isinstance(ins, ir.SymDef):
-            walk(ins.expr)
-    return list(dict.fromkeys(out))
-
-
 _COMMENT_MAX = 400
+
+
 def _guard_comment(g) -> str:
     text = _comment(str(g))
     if len(text) > _COMMENT_MAX:  # explain() prints the whole guard

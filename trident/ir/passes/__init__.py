@@ -21,10 +21,13 @@ from .below_autograd import below_autograd_nodes, no_autograd
 from .buffer_reuse import inplace_nodes
 from .dead_clone import dead_clones
 from .env_block import env_block
+from .inputs_first import inputs_first
+from .int_checks import int_checks
 from .shared_subexpressions import shared_subexpressions
 
-# In order; each `Version -> Version`.
-PIPELINE = (env_block, shared_subexpressions)
+# In order; each `Version -> Version`.  int_checks reads the program in the order lowering
+# wrote it, before inputs_first reorders it.
+PIPELINE = (env_block, shared_subexpressions, int_checks, inputs_first)
 
 
 def run(v: ir.Version) -> ir.Version:
