@@ -1,22 +1,19 @@
 """Host IR versions -> the C source of one SCM.  Pure: text in, text out.
 
-An SCM is several translation units, so that a rebuild after a miss compiles
-only what changed (native/build.py caches each unit's object by content hash):
+Codegen prints; it decides nothing.  What a version's C does was decided by lowering and by the
+passes over the host IR (trident/ir/passes: the environment block, shared subexpressions of
+shape guards, the int64 checks, the order of the program), and the printer dispatches on node
+type.  An SCM is several translation units, so that a rebuild after a miss compiles only what
+changed (native/build.py caches each unit's object by content hash):
 
-  * one unit per version (`generate_version`): its guards in order (a failed
-    guard records its index and returns TRT_MISS), then its program (an
-    operator error returns TRT_ERROR with the Python exception set), then its
-    result; plus that version's own init and free.  Its text depends on that
-    version alone, so it stays byte-identical, and its object cached, while
-    later versions are added;
-  * the dispatcher unit (`generate_dispatcher`), the only one compiled on
-    every rebuild: `trt_scm_dispatch`, which calls the versions' functions
-    directly and in order, the tables of their inits and frees, and, from
-    INDEX_MIN_VERSIONS versions on, the dispatch index (`dispatch_index`):
-    versions grouped by the tensor properties their tensor_match guards fix,
-    so that a call tries only the versions whose key it has.  The exported
-    entries around it (`trident_scm_call` / `_init` / `_stats` / `_free`, see
-    trident_rt.h) are fixed C in runtime/scm_main.c, and
+  * one unit per version (`generate_version`): `version.c.in` filled in with its guards in
+    order (a failed guard records its index and returns TRT_MISS), then its program (an
+    operator error returns TRT_ERROR with the Python exception set), then its result; plus
+    that version's own init and free.  Its text depends on that version alone, so it stays
+    byte-identical, and its object cached, while later versions are added;
+  * the dispatcher unit (`dispatch.generate_dispatcher`), the only one compiled on every
+    rebuild, with the dispatch index.  The exported entries around it (`trident_scm_call` /
+    `_init` / `_stats` / `_free`, see trident_rt.h) are fixed C in runtime/scm_main.c, and
     runtime/scm_dispatch.h says how the units fit together.
 
 The constant tuple passed at init is: (globals, builtins, *version pools
@@ -27,38 +24,18 @@ so two SCMs built from identical text stay independent.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import string
-from dataclasses import dataclass
 from pathlib import Path
 
 from .. import abi
 from ..errors import UnsupportedError
 from ..ir import nodes as ir
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Where each version's constant pool starts in the shared tuple."""
-
-    bases: tuple
-
-
-def layout(versions) -> Layout:
-    bases, n = [], 2
-    for v in versions:
-        bases.append(n)
-        n += len(v.consts)
-    return Layout(tuple(bases))
-
-
-def consts_tuple(globals_dict, builtins_dict, versions) -> tuple:
-    out = [globals_dict, builtins_dict]
-    for v in versions:
-        out.extend(v.consts)
-    return tuple(out)
+from .dispatch import (  # noqa: F401 - the SCM's callers use them through this module
+    DispatchIndex, Layout, consts_tuple, dispatch_index, generate_dispatcher, layout,
+    version_key)
+from .unit import SCMSource, Unit
 
 
 def _cstr(s: str) -> str:
@@ -620,31 +597,6 @@ def _cdouble(x: float) -> str:
     return repr(float(x))
 
 
-@dataclass(frozen=True)
-class Unit:
-    """One C translation unit: its file name in the build and its text."""
-
-    name: str
-    text: str
-
-
-@dataclass(frozen=True)
-class SCMSource:
-    """The C of one SCM: a unit per version, in dispatch order, and the
-    dispatcher.  `text()` is all of it as one listing, for dumps and golden
-    tests; the build compiles the units separately."""
-
-    versions: tuple
-    dispatcher: Unit
-
-    @property
-    def units(self) -> tuple:
-        return (*self.versions, self.dispatcher)
-
-    def text(self) -> str:
-        return "\n".join(f"/* ==== {u.name} ==== */\n{u.text}" for u in self.units)
-
-
 def generate(versions, profile: bool = False) -> SCMSource:
     """The C of an SCM holding `versions`, tried in order."""
     return SCMSource(tuple(generate_version(v, profile) for v in versions),
@@ -702,195 +654,3 @@ def generate_version(v: ir.Version, profile: bool = False) -> Unit:
 _VERSION_C = string.Template((Path(__file__).parent / "version.c.in").read_text())
 
 
-def generate_dispatcher(versions) -> Unit:
-    """The unit regenerated on every rebuild: the version tables,
-    `trt_scm_dispatch`, calling each version's function directly, in order
-    (the entry points around it are runtime/scm_main.c), and the dispatch
-    index `trt_scm_index` (`dispatch_index`; scm_dispatch.h says how it is
-    used).  It includes only scm_dispatch.h, not Python.h, so it compiles in a
-    few milliseconds."""
-    lay = layout(versions)
-    idx = [v.index for v in versions]
-    out = [("/* Generated by Trident: the dispatcher of a Specialization Cache Module "
-            "(scm_dispatch.h). Do not edit. */"),
-           '#include "scm_dispatch.h"', ""]
-    out.extend(f"TRT_DECLARE_VERSION({i})" for i in idx)
-    bases = ", ".join(map(str, lay.bases)) or "0"
-    inits = ", ".join(f"trident_version_{i}_init" for i in idx) or "0"
-    frees = ", ".join(f"trident_version_{i}_free" for i in idx) or "0"
-    out += ["", f"const int trt_scm_nversions = {len(versions)};",
-            f"const int trt_scm_bases[] = {{{bases}}};",
-            f"trt_version_init_fn *const trt_scm_inits[] = {{{inits}}};",
-            f"trt_version_free_fn *const trt_scm_frees[] = {{{frees}}};", "",
-            ("PyObject *trt_scm_dispatch(void *const *v, PyObject *const *L, "
-             "const trt_global_state *now, int *status) {"),
-            "  PyObject *r;"]
-    for k, i in enumerate(idx):
-        out.append(f"  r = trident_version_{i}(v[{k}], L, now, status);")
-        out.append("  if (*status != TRT_SCM_MISS) return r;")
-    out.append("  *status = TRT_SCM_MISS;\n  return NULL;\n}")
-    out.append("")
-    out.extend(_index_c(dispatch_index(versions), idx))
-    return Unit("scm.c", "\n".join(out) + "\n")
-
-
-# ---------------------------------------------------------------- dispatch index
-
-INDEX_MIN_VERSIONS = 8  # an SCM with fewer is only scanned in order (a hit costs what it did)
-INDEX_MIN_GROUP = 4     # a group with fewer versions is not probed: its versions are keyless
-_INDEX_NDIM = 16        # TRT_SCM_INDEX_NDIM of scm_dispatch.h
-_INDEX_WIDTH = 64       # TRT_SCM_INDEX_WIDTH
-_INDEX_GROUPS = 32      # TRT_SCM_INDEX_GROUPS
-
-
-@dataclass(frozen=True)
-class Probe:
-    """One tensor argument of a group's key: tensor_match with every size and stride
-    symbolic, then the values at `pos` (d: size d, ndim + d: stride d) go into the key."""
-
-    local: int
-    type_k: int  # the exact type: its index in the constant tuple (in version_key: its pool)
-    dtype: int
-    device_type: int
-    device_index: int
-    requires_grad: bool
-    dispatch_keys: int
-    ndim: int
-    pos: tuple
-
-
-@dataclass(frozen=True)
-class KeyPart:
-    """One tensor argument's part of a version's key: its probe, the identity of its type
-    object (versions share a group only with the same type), and the values at probe.pos."""
-
-    probe: Probe
-    type_id: int
-    values: tuple
-
-
-@dataclass(frozen=True)
-class Group:
-    """Versions whose keys have the same probes; `keys` maps each key (a tuple of sizes and
-    strides, sorted) to the dispatch positions of its versions, ascending."""
-
-    probes: tuple
-    keys: tuple  # ((key, (position, ...)), ...), ascending by key
-
-
-@dataclass(frozen=True)
-class DispatchIndex:
-    groups: tuple
-    keyless: tuple  # positions of the versions in no group, ascending
-
-
-def version_key(v: ir.Version) -> tuple:
-    """The necessary condition the version's tensor guards put on its plain arguments: a
-    KeyPart per argument L[i] with a tensor_match guard (the first one on it), or () when
-    there is none.
-
-    A part holds everything the guard compares but the sizes and strides, and the values of
-    those it fixes.  A call that passes the version's guards passes that tensor_match, so
-    its tensors have exactly these properties and values: the version is a candidate of the
-    call's key."""
-    out, seen, width = [], set(), 0
-    for g in v.guards:
-        if not (isinstance(g, ir.TensorMatch) and type(g.source) is ir.Local):
-            continue
-        if g.source.index in seen:
-            continue
-        seen.add(g.source.index)
-        nd = len(g.sizes)
-        if nd > _INDEX_NDIM or len(g.strides) != nd or not 0 <= g.type_const < len(v.consts):
-            continue
-        typ = v.consts[g.type_const]
-        if not isinstance(typ, type):
-            continue
-        pos = tuple(d for d in range(nd) if g.sizes[d] is not None)
-        pos += tuple(nd + d for d in range(nd) if g.strides[d] is not None)
-        if width + len(pos) > _INDEX_WIDTH:
-            continue
-        width += len(pos)
-        probe = Probe(g.source.index, g.type_const, g.dtype, g.device_type, g.device_index,
-                      bool(g.requires_grad), g.dispatch_keys, nd, pos)
-        vals = tuple(g.sizes[d] if d < nd else g.strides[d - nd] for d in pos)
-        out.append(KeyPart(probe, id(typ), vals))
-    return tuple(out)
-
-
-def dispatch_index(versions) -> DispatchIndex:
-    """The SCM's dispatch index (scm_dispatch.h): versions grouped by the probes of their
-    keys.  None is built below INDEX_MIN_VERSIONS versions; a group of fewer than
-    INDEX_MIN_GROUP versions, past the first _INDEX_GROUPS groups, or a version without
-    tensor arguments, is keyless (tried on every call that reaches the index)."""
-    if len(versions) < INDEX_MIN_VERSIONS:
-        return DispatchIndex((), ())
-    lay = layout(versions)
-    members: dict = {}  # signature -> [(position, key values, its probes)]
-    for k, v in enumerate(versions):
-        key = version_key(v)
-        if key:
-            probes = tuple(dataclasses.replace(p.probe, type_k=lay.bases[k] + p.probe.type_k)
-                           for p in key)
-            sig = tuple((p.type_id, dataclasses.replace(p.probe, type_k=0)) for p in key)
-            vals = tuple(x for p in key for x in p.values)
-            members.setdefault(sig, []).append((k, vals, probes))
-    groups, grouped = [], set()
-    for ms in members.values():  # in the order of each group's first version
-        if len(ms) < INDEX_MIN_GROUP or len(groups) == _INDEX_GROUPS:
-            continue
-        keys: dict = {}
-        for k, vals, _ in ms:
-            keys.setdefault(vals, []).append(k)
-            grouped.add(k)
-        groups.append(Group(ms[0][2], tuple((kv, tuple(ks)) for kv, ks in sorted(keys.items()))))
-    if not groups:
-        return DispatchIndex((), ())
-    return DispatchIndex(tuple(groups),
-                         tuple(k for k in range(len(versions)) if k not in grouped))
-
-
-def _index_c(x: DispatchIndex, idx: list) -> list:
-    """The C of `trt_scm_index` (ngroups 0: no index)."""
-    if not x.groups:
-        return ["const trt_dispatch_index trt_scm_index = {0, NULL, 0, NULL, NULL};"]
-    nv = sum(len(ks) for g in x.groups for _, ks in g.keys)
-    out = [f"/* The dispatch index: {len(x.groups)} group(s) over {nv} version(s), "
-           f"{len(x.keyless)} keyless. */"]
-    rows = []
-    for gi, g in enumerate(x.groups):
-        prows = []
-        for pi, p in enumerate(g.probes):
-            pos = f"ip{gi}_{pi}"
-            out.append(f"static const int8_t {pos}[] = {{{', '.join(map(str, p.pos)) or '0'}}};")
-            prows.append(f"  {{{p.local}, {p.type_k}, {p.dtype}, {p.device_type}, "
-                         f"{p.device_index}, {int(p.requires_grad)}, "
-                         f"UINT64_C({p.dispatch_keys}), {p.ndim}, {len(p.pos)}, {pos}}},")
-        out.append(f"static const trt_scm_probe ip{gi}[] = {{")
-        out.extend(prows)
-        out.append("};")
-        width = sum(len(p.pos) for p in g.probes)
-        starts, vers = [0], []
-        out.append(f"static const int64_t ik{gi}[] = {{")
-        for key, ks in g.keys:
-            if width:
-                out.append("  " + ", ".join(f"INT64_C({v})" for v in key) + ",")
-            vers.extend(ks)
-            starts.append(len(vers))
-        if not width:
-            out.append("  0")
-        out.append("};")
-        out.append(f"static const int32_t is{gi}[] = {{{', '.join(map(str, starts))}}};")
-        out.append(f"static const int32_t iv{gi}[] = {{{', '.join(map(str, vers))}}};")
-        rows.append(f"  {{{len(g.probes)}, ip{gi}, {width}, {len(g.keys)}, ik{gi}, is{gi}, "
-                    f"iv{gi}}},")
-    out.append("static const trt_scm_group index_groups[] = {")
-    out.extend(rows)
-    out.append("};")
-    keyless = ", ".join(map(str, x.keyless)) or "0"
-    out.append(f"static const int32_t index_keyless[] = {{{keyless}}};")
-    fns = ", ".join(f"trident_version_{i}" for i in idx)
-    out.append(f"static trt_version_fn *const index_fns[] = {{{fns}}};")
-    out.append(f"const trt_dispatch_index trt_scm_index = {{{len(x.groups)}, index_groups, "
-               f"{len(x.keyless)}, index_keyless, index_fns}};")
-    return out
