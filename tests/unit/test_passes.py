@@ -106,3 +106,13 @@ def test_integers_of_the_inputs_move_first_and_int_arguments_are_checked():
     c = generate_version(v).text
     assert c.index("trt_pyint(o1, &ok); if (!ok) FAIL(1)") < c.index("S->h.hits++")
     assert c.index("s1 = trt_mul(") < c.index("api->frame_set_tensor(F, 1")
+
+
+def test_lowering_reads_no_knob_and_codegen_decides_nothing():
+    import trident.codegen.c as c
+    import trident.ir.lower as lower
+
+    assert not hasattr(lower, "config")  # the knobs are read by passes.lowering_plan
+    for name in ("_inputs_first", "_pyint_sources", "_env_guard", "_total", "_immutable"):
+        assert not hasattr(c, name), name
+    assert passes.PIPELINE[-2:] == (passes.int_checks, passes.inputs_first)  # lowering's order
