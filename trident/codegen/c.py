@@ -24,7 +24,6 @@ so two SCMs built from identical text stay independent.
 
 from __future__ import annotations
 
-import json
 import re
 import string
 from pathlib import Path
@@ -35,38 +34,13 @@ from ..ir import nodes as ir
 from .dispatch import (  # noqa: F401 - the SCM's callers use them through this module
     DispatchIndex, Layout, consts_tuple, dispatch_index, generate_dispatcher, layout,
     version_key)
+from .tables import Tables, braced, cstr
 from .unit import SCMSource, Unit
-
-
-def _cstr(s: str) -> str:
-    return json.dumps(s)  # a valid C string literal for printable text
-
-
-class _Tables:
-    """One version's init-time tables, accumulated while its code is emitted."""
-
-    def __init__(self):
-        self.names: list[str] = []
-        self.specs: list[tuple[str, int]] = []  # (C initializer, type const)
-        self.ops: list[str] = []  # C statements creating ops (in init)
-        self.launches: list[str] = []  # C statements creating Triton launches
-        self.env: list[int] = []  # indices of the guards in the environment block
-        self.env_rows: list[str] = []  # their trt_envg_desc initializers
-        self.decls: list[str] = []
-        self.helpers: list[str] = []  # static functions before the version's (env guards)
-
-    def name(self, s: str) -> str:
-        return f"S->N[{self.name_ix(s)}]"
-
-    def name_ix(self, s: str) -> int:
-        if s not in self.names:
-            self.names.append(s)
-        return self.names.index(s)
 
 
 class _VersionGen:
     def __init__(self, v: ir.Version, profile: bool = False):
-        self.mod = _Tables()
+        self.mod = Tables()
         self.v = v
         self.profile = profile
         self.lines: list[str] = []
@@ -192,22 +166,22 @@ class _VersionGen:
         self.lines.append(f"  /* [{k}] {text} */")
         fail = f"FAIL({k})"
         if isinstance(g, ir.GlobalState):
-            words = ", ".join(f"INT64_C({w})" for w in g.words)
+            words = braced(*(f"INT64_C({w})" for w in g.words))
             self.mod.decls.append(
-                f"static const trt_global_state gs_v{self.v.index}_{k} = {{{{{words}}}}};")
+                f"static const trt_global_state gs_v{self.v.index}_{k} = {braced(words)};")
             self.lines.append(f"  if (memcmp(now, &gs_v{self.v.index}_{k}, sizeof(trt_global_state)) != 0) {fail};")
         elif isinstance(g, ir.TensorMatch):
             o = self.load(g.source)
             nd = len(g.sizes)
             spec = len(self.mod.specs)
-            dims = lambda xs: "{" + ", ".join(  # noqa: E731
-                "TRT_DYN" if x is None else f"INT64_C({x})" for x in xs) + "}"
+            dims = lambda xs: braced(  # noqa: E731
+                *("TRT_DYN" if x is None else f"INT64_C({x})" for x in xs))
             if nd:
                 self.mod.decls.append(f"static const int64_t sz{spec}[] = {dims(g.sizes)};")
                 self.mod.decls.append(f"static const int64_t st{spec}[] = {dims(g.strides)};")
-            init = (f"{{NULL, {g.dtype}, {g.device_type}, {g.device_index}, "
-                    f"{int(g.requires_grad)}, UINT64_C({g.dispatch_keys}), {nd}, "
-                    f"{'sz%d' % spec if nd else 'NULL'}, {'st%d' % spec if nd else 'NULL'}}}")
+            init = braced("NULL", g.dtype, g.device_type, g.device_index, int(g.requires_grad),
+                          f"UINT64_C({g.dispatch_keys})", nd, f"sz{spec}" if nd else "NULL",
+                          f"st{spec}" if nd else "NULL")
             self.mod.specs.append((init, g.type_const))
             m = f"m{len(self.meta)}"
             self.meta[g.source] = (m, nd)
@@ -296,15 +270,15 @@ class _VersionGen:
         steps = [st for ch in chains for st in ch]
         flags = sum(abi.ENV_GUARD_FLAGS[f] for f in c.flags)
         self.mod.helpers.append(f"/* [{k}] {_guard_comment(g)} */")
-        self.mod.helpers.append(f"static const trt_envstep es{k}[] = {{{', '.join(steps)}}};")
-        self.mod.env_rows.append(
-            f"  {{TRT_EG_{c.kind.upper()}, {flags}, {len(steps)}, {len(chains[0])}, es{k}, "
-            f"{c.c0}, {c.c1}, {name}, INT64_C({c.n})}},  /* [{k}] */")
+        self.mod.helpers.append(f"static const trt_envstep es{k}[] = {braced(*steps)};")
+        row = braced(f"TRT_EG_{c.kind.upper()}", flags, len(steps), len(chains[0]), f"es{k}",
+                     c.c0, c.c1, name, f"INT64_C({c.n})")
+        self.mod.env_rows.append(f"  {row},  /* [{k}] */")
 
     def _env_step(self, s: ir.EnvStep) -> str:
         """The C initializer of one step (`trt_envstep`)."""
         arg = self.mod.name_ix(s.arg) if s.op in ("global", "attr", "item_str") else s.arg
-        return f"{{TRT_ES_{s.op.upper()}, {arg}}}"
+        return braced(f"TRT_ES_{s.op.upper()}", arg)
 
     # -- program
     def instr(self, ins) -> None:
@@ -338,11 +312,11 @@ class _VersionGen:
             self.lines.insert(0, f"  int64_t {ins.var} = 0;")
             self.lines.append(f"  {ins.var} = api->frame_get_int(F, {ins.slot});")
         elif isinstance(ins, ir.Call):
-            k = self._op(ins)
+            k = self.mod.op(ins)
             self.lines.append(f"  if (api->op_call(S->ops[{k}], F)) goto error;  /* {ins.op}.{ins.overload} */")
             self.side_effects = self.side_effects or ins.mutates
         elif isinstance(ins, ir.TritonLaunch):
-            k = self._launch(ins)
+            k = self.mod.launch(ins)
             if ins.select is None:
                 g = [self.expr(e) for e in ins.grid]
                 self.lines.append(f"  ok = 1; gx = {g[0]}; gy = {g[1]}; gz = {g[2]}; "
@@ -361,7 +335,7 @@ class _VersionGen:
             if self.side_effects:
                 self.lines.append(
                     "  if (rc == TRT_PRECONDITION) { PyErr_SetString(PyExc_RuntimeError, "
-                    f"{_cstr(PRECONDITION_LATE % ins.kernel)}); goto error; }}")
+                    f"{cstr(PRECONDITION_LATE % ins.kernel)}); goto error; }}")
             else:
                 self.lines.append(f"  if (rc == TRT_PRECONDITION) {{ S->h.failed = "
                                   f"{len(self.v.guards)} + {k}; goto miss; }}")
@@ -372,95 +346,6 @@ class _VersionGen:
                 f"  if (api->frame_list_item(F, {ins.src}, {ins.index}, {ins.dst})) goto error;")
         else:
             raise UnsupportedError(f"instruction {type(ins).__name__} has no C lowering")
-
-    def _launch(self, t: ir.TritonLaunch) -> int:
-        k = len(self.mod.launches)
-        ps = []
-        for p in t.params:
-            kind = "TRT_P_" + p.kind.upper()
-            if isinstance(p.arg, ir.Slot):
-                ps.append(f"{{{kind}, {p.arg.index}, 0, 0.0, {int(p.div16)}, {p.dtype}}}")
-            elif p.arg.kind == "double":
-                ps.append(f"{{{kind}, -1, 0, {_cdouble(p.arg.value)}, {int(p.div16)}, {p.dtype}}}")
-            else:
-                ps.append(f"{{{kind}, -1, INT64_C({int(p.arg.value)}), 0.0, {int(p.div16)}, "
-                          f"{p.dtype}}}")
-        stmts = ["  {"]
-        stmts.append(f"    static const trt_launch_param p[] = {{{', '.join(ps) or '{0}'}}};")
-        cub = f"S->K[{t.cubin_const}]"
-        sel = "NULL, 0, NULL"
-        if t.select is not None:
-            from ..triton.launch import KEY_CODES, TRANSFORM_CODES
-
-            ts = t.select.transforms or ("raw",) * len(t.select.keys)
-            ks = ", ".join(f"{{{a.index}, {KEY_CODES[kind]}, {TRANSFORM_CODES[tr]}}}"
-                           for (_n, a, kind), tr in zip(t.select.keys, ts))
-            stmts.append(f"    static const trt_launch_key keys[] = {{{ks or '{0, 0, 0}'}}};")
-            sel = f"S->K[{t.select.resolver_const}], {len(t.select.keys)}, keys"
-        stmts.append(f"    trt_launch_spec s = {{{_cstr(t.symbol)}, PyBytes_AS_STRING({cub}), "
-                     f"(int64_t)PyBytes_GET_SIZE({cub}), {t.num_warps}, {t.num_ctas}, {t.shared}, "
-                     f"{int(t.cooperative)}, {int(t.pdl)}, {len(t.params)}, p, {sel}}};")
-        stmts.append(f"    S->launches[{k}] = api->launch_new(&s);")
-        stmts.append(f"    if (!S->launches[{k}]) goto fail;")
-        stmts.append("  }")
-        self.mod.launches.append("\n".join(stmts))
-        return k
-
-    def _op(self, c: ir.Call) -> int:
-        k = len(self.mod.ops)
-        args = []
-        extra = []
-        for j, a in enumerate(c.args):
-            if isinstance(a, ir.Slot):
-                args.append(f"{{TRT_ARG_SLOT, 0, {a.index}, 0.0, NULL, NULL, NULL}}")
-            elif isinstance(a, ir.ConstArg):
-                if a.kind == "none":
-                    args.append("{TRT_ARG_NONE, 0, 0, 0.0, NULL, NULL, NULL}")
-                elif a.kind in ("int", "bool"):
-                    kind = "TRT_ARG_BOOL" if a.kind == "bool" else "TRT_ARG_INT"
-                    args.append(f"{{{kind}, 0, INT64_C({int(a.value)}), 0.0, NULL, NULL, NULL}}")
-                elif a.kind == "double":
-                    args.append(f"{{TRT_ARG_DOUBLE, 0, 0, {_cdouble(a.value)}, NULL, NULL, NULL}}")
-                elif a.kind in ("str", "device"):
-                    kind = "TRT_ARG_STR" if a.kind == "str" else "TRT_ARG_DEVICE"
-                    args.append(f"{{{kind}, 0, 0, 0.0, {_cstr(a.value)}, NULL, NULL}}")
-                else:
-                    raise UnsupportedError(f"constant argument kind {a.kind}")
-            elif isinstance(a, ir.ListArg):
-                items, ivals = [], []
-                for it in a.items:
-                    if isinstance(it, ir.Slot):
-                        items.append(str(it.index))
-                        ivals.append("0")
-                    elif it is None:
-                        items.append("TRT_ITEM_NONE")
-                        ivals.append("0")
-                    elif isinstance(it, float):
-                        raise UnsupportedError("float list constants")
-                    else:
-                        items.append("TRT_ITEM_CONST")
-                        ivals.append(f"INT64_C({int(it)})")
-                n = len(items)
-                if n:
-                    extra.append(f"    static const int32_t it{k}_{j}[] = {{{', '.join(items)}}};")
-                    extra.append(f"    static const int64_t iv{k}_{j}[] = {{{', '.join(ivals)}}};")
-                    args.append(f"{{TRT_ARG_LIST, {n}, 0, 0.0, NULL, it{k}_{j}, iv{k}_{j}}}")
-                else:
-                    args.append("{TRT_ARG_LIST, 0, 0, 0.0, NULL, NULL, NULL}")
-            else:
-                raise UnsupportedError(f"argument {a}")
-        outs = ", ".join(str(o) for o in c.outs) or "0"
-        name = c.op
-        stmts = ["  {"] + extra
-        stmts.append(f"    static const trt_arg a[] = {{{', '.join(args) or '{0}'}}};")
-        stmts.append(f"    static const int32_t outs[] = {{{outs}}};")
-        flags = "TRT_OP_BELOW_AUTOGRAD" if getattr(c, "below", False) else "0"
-        stmts.append(f"    S->ops[{k}] = api->op_new({_cstr(name)}, {_cstr(c.overload)}, "
-                     f"{len(c.args)}, a, {len(c.outs)}, outs, {flags});")
-        stmts.append(f"    if (!S->ops[{k}]) goto fail;")
-        stmts.append("  }")
-        self.mod.ops.append("\n".join(stmts))
-        return k
 
     # -- result
     def out(self, o) -> str:
@@ -591,12 +476,6 @@ def _comment(s: str) -> str:
     return _ADDRESS.sub("", s).replace("*/", "* /").replace("\n", " ")
 
 
-def _cdouble(x: float) -> str:
-    if x != x or x in (float("inf"), float("-inf")):
-        return {"inf": "(1.0/0.0)", "-inf": "(-1.0/0.0)"}.get(str(x), "(0.0/0.0)")
-    return repr(float(x))
-
-
 def generate(versions, profile: bool = False) -> SCMSource:
     """The C of an SCM holding `versions`, tried in order."""
     return SCMSource(tuple(generate_version(v, profile) for v in versions),
@@ -630,7 +509,7 @@ def generate_version(v: ir.Version, profile: bool = False) -> Unit:
             "static const int envg_ix[] = {" + ", ".join(map(str, mod.env)) + "};", ""))
     init = []
     for j, n in enumerate(mod.names):
-        init.append(f"  S->N[{j}] = PyUnicode_InternFromString({_cstr(n)});")
+        init.append(f"  S->N[{j}] = PyUnicode_InternFromString({cstr(n)});")
         init.append(f"  if (!S->N[{j}]) goto fail;")
     for j, (spec, tk) in enumerate(mod.specs):
         init.append("  {")
