@@ -39,6 +39,10 @@ from .unit import SCMSource, Unit
 
 
 class _VersionGen:
+    """The printer of one version's function body: a method per kind of node (`load` for
+    sources, `expr` for integer expressions, `guard` / `env_check`, `instr`, `out`), each
+    dispatching on the node's type; init-time tables go to `self.mod` (tables.py)."""
+
     def __init__(self, v: ir.Version, profile: bool = False):
         self.mod = Tables()
         self.v = v
@@ -408,6 +412,7 @@ class _VersionGen:
         return var
 
     def emit(self) -> str:
+        """The body of the version's function (`${body}` of version.c.in)."""
         v = self.v
         self.cleanup: list[str] = []
         self.shared: dict[int, str] = {}  # OutShared number -> the C variable holding it
