@@ -38,6 +38,10 @@ GLOBAL_STATE_WORDS = 48  # trt_global_state: int64 words of the global-state sna
 ENV_STEPS = 32
 ENV_STEP_OPS = {"global": 0, "const": 1, "attr": 2, "item_int": 3, "item_str": 4, "typeof": 5,
                 "dict_key_at": 6, "dict_value_at": 7, "item_const": 8}
+# An environment block row's check (TRT_EG_*) and its flags (TRT_EGF_*, bits).
+ENV_GUARD_KINDS = {"id": 0, "eq": 1, "type": 2, "same": 3, "notin": 4, "contains": 5, "len": 6,
+                   "dictkeys": 7}
+ENV_GUARD_FLAGS = {"uncovered": 1, "dict": 2, "present": 4, "set": 8}
 
 C_NAMES = {
     "TRT_ABI_VERSION": ABI_VERSION,
@@ -53,7 +57,10 @@ C_NAMES = {
     "TRT_GLOBAL_STATE_WORDS": GLOBAL_STATE_WORDS,
     "TRT_ENV_STEPS": ENV_STEPS,
     **{f"TRT_ES_{k.upper()}": v for k, v in ENV_STEP_OPS.items()},
+    **{f"TRT_EG_{k.upper()}": v for k, v in ENV_GUARD_KINDS.items()},
+    **{f"TRT_EGF_{k.upper()}": v for k, v in ENV_GUARD_FLAGS.items()},
 }
 
 # Enumerations whose every member must be in C_NAMES (a member added on one side only fails).
-C_ENUM_PREFIXES = ("TRT_P_", "TRT_K_", "TRT_KT_", "TRT_ARG_", "TRT_ES_", "TRT_MODE_")
+C_ENUM_PREFIXES = ("TRT_P_", "TRT_K_", "TRT_KT_", "TRT_ARG_", "TRT_ES_", "TRT_MODE_", "TRT_EG_",
+                   "TRT_EGF_")

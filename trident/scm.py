@@ -30,6 +30,7 @@ from .codegen import c as cgen
 from .errors import BuildError, CaptureError, RecompileError, UnsupportedError
 from .guards.translate import ConstPool, SourceConverter, dynamo_wrapped, translate
 from .ir import nodes as ir
+from .ir import passes
 from .ir.lower import lower
 from .ir.printer import print_version
 from .native import build
@@ -230,6 +231,7 @@ class SCM:
                        output=output, nslots=nslots, consts=tuple(consts.objs),
                        reason=reason, notes=tuple(cap.notes),
                        run_mode=getattr(cap, "run_mode", 0))
+        v = passes.run(v)  # the decisions between lowering and codegen (ir/passes)
         self._dump(v, cap)
         return v
 
@@ -297,8 +299,8 @@ class SCM:
             self._use_scope(getattr(path_guards, "global_scope", None))
             consts = ConstPool()
             guards = translate(path_guards.guard_entries, path_guards, self.fn, consts, self.rt)
-            v = eager.eager_version(self.fn, len(self.versions), guards, consts, why=why,
-                                    reason=reason)
+            v = passes.run(eager.eager_version(self.fn, len(self.versions), guards, consts,
+                                               why=why, reason=reason))
             self._dump(v, None)
             t2 = time.perf_counter()
             self._install(self.versions + [v])

@@ -1,5 +1,6 @@
-"""Golden text of the host IR and the generated C for hand-built versions:
-one of ATen calls with symbolic sizes, one launching a Triton CUBIN.  Set
+"""Golden text of the host IR (after the passes, trident/ir/passes) and the
+generated C for hand-built versions: one of ATen calls with symbolic sizes, one
+launching a Triton CUBIN.  Set
 TRIDENT_UPDATE_GOLDEN=1 to rewrite the expected files after a deliberate
 change, then review the diff."""
 
@@ -12,6 +13,7 @@ import pytest
 
 from trident.codegen.c import generate
 from trident.ir import nodes as ir
+from trident.ir import passes
 from trident.ir.printer import print_version
 
 HERE = Path(__file__).parent
@@ -118,7 +120,7 @@ def _triton_select_version() -> ir.Version:
 @pytest.mark.parametrize("name,make", [("aten", _aten_version), ("triton", _triton_version),
                                        ("triton_select", _triton_select_version)])
 def test_golden(name, make):
-    v = make()
+    v = passes.run(make())
     text = print_version(v) + "\n\n" + generate([v]).text()
     path = HERE / f"{name}.expected"
     if os.environ.get("TRIDENT_UPDATE_GOLDEN") == "1":
@@ -130,4 +132,4 @@ def test_golden(name, make):
 def test_generated_c_compiles(make):
     from trident.native.build import build_scm
 
-    assert build_scm(generate([make()])).so.exists()
+    assert build_scm(generate([passes.run(make())])).so.exists()

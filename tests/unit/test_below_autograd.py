@@ -1,4 +1,4 @@
-"""Operators below the autograd layer (lower.below_autograd_nodes, runtime op_call): in a
+"""Operators below the autograd layer (ir/passes/below_autograd.py, runtime op_call): in a
 version where no autograd records, functional ATen operators and views of tensors only the
 program holds skip the Autograd/ADInplaceOrView kernels.  Everything a caller can observe must
 stay eager's: values, which outputs are views of what (`_base`), version counters after

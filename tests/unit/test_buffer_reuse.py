@@ -1,7 +1,8 @@
-"""In-place reuse of dead intermediates (ir/lower.py, _INPLACE): an elementwise add/sub/mul/
-relu/neg whose first argument is an intermediate nothing else reads runs in place on it. Every
-case compares with eager on fresh random inputs (values, dtype, sizes and strides), and checks
-from the version's program whether the reuse happened, including where it must not."""
+"""In-place reuse of dead intermediates (ir/passes/buffer_reuse.py, INPLACE): an elementwise
+add/sub/mul/relu/neg whose first argument is an intermediate nothing else reads runs in place
+on it. Every case compares with eager on fresh random inputs (values, dtype, sizes and
+strides), and checks from the version's program whether the reuse happened, including where it
+must not."""
 
 from __future__ import annotations
 

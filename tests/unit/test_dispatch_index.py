@@ -13,6 +13,7 @@ import torch
 import trident
 from trident.api import _scm_of
 from trident.codegen import c as cgen
+from trident.codegen import dispatch
 from trident.ir import nodes as ir
 from trident.native import build
 
@@ -268,10 +269,10 @@ def test_the_index_agrees_with_the_ordered_scan(monkeypatch):
                                 cgen.consts_tuple({}, {}, versions)))
         return fn
 
-    monkeypatch.setattr(cgen, "INDEX_MIN_GROUP", 1)
+    monkeypatch.setattr(dispatch, "INDEX_MIN_GROUP", 1)
     indexed = cgen.generate(versions)
     assert len(cgen.dispatch_index(versions).groups) >= 8
-    monkeypatch.setattr(cgen, "INDEX_MIN_VERSIONS", len(versions) + 1)
+    monkeypatch.setattr(dispatch, "INDEX_MIN_VERSIONS", len(versions) + 1)
     ordered = cgen.generate(versions)
     assert "The dispatch index" in indexed.text() and "The dispatch index" not in ordered.text()
     a, b = load(indexed), load(ordered)

@@ -1,22 +1,19 @@
 """Host IR versions -> the C source of one SCM.  Pure: text in, text out.
 
-An SCM is several translation units, so that a rebuild after a miss compiles
-only what changed (native/build.py caches each unit's object by content hash):
+Codegen prints; it decides nothing.  What a version's C does was decided by lowering and by the
+passes over the host IR (trident/ir/passes: the environment block, shared subexpressions of
+shape guards, the int64 checks, the order of the program), and the printer dispatches on node
+type.  An SCM is several translation units, so that a rebuild after a miss compiles only what
+changed (native/build.py caches each unit's object by content hash):
 
-  * one unit per version (`generate_version`): its guards in order (a failed
-    guard records its index and returns TRT_MISS), then its program (an
-    operator error returns TRT_ERROR with the Python exception set), then its
-    result; plus that version's own init and free.  Its text depends on that
-    version alone, so it stays byte-identical, and its object cached, while
-    later versions are added;
-  * the dispatcher unit (`generate_dispatcher`), the only one compiled on
-    every rebuild: `trt_scm_dispatch`, which calls the versions' functions
-    directly and in order, the tables of their inits and frees, and, from
-    INDEX_MIN_VERSIONS versions on, the dispatch index (`dispatch_index`):
-    versions grouped by the tensor properties their tensor_match guards fix,
-    so that a call tries only the versions whose key it has.  The exported
-    entries around it (`trident_scm_call` / `_init` / `_stats` / `_free`, see
-    trident_rt.h) are fixed C in runtime/scm_main.c, and
+  * one unit per version (`generate_version`): `version.c.in` filled in with its guards in
+    order (a failed guard records its index and returns TRT_MISS), then its program (an
+    operator error returns TRT_ERROR with the Python exception set), then its result; plus
+    that version's own init and free.  Its text depends on that version alone, so it stays
+    byte-identical, and its object cached, while later versions are added;
+  * the dispatcher unit (`dispatch.generate_dispatcher`), the only one compiled on every
+    rebuild, with the dispatch index.  The exported entries around it (`trident_scm_call` /
+    `_init` / `_stats` / `_free`, see trident_rt.h) are fixed C in runtime/scm_main.c, and
     runtime/scm_dispatch.h says how the units fit together.
 
 The constant tuple passed at init is: (globals, builtins, *version pools
@@ -27,69 +24,27 @@ so two SCMs built from identical text stay independent.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import re
-from dataclasses import dataclass
-
-import torch
+import string
+from pathlib import Path
 
 from .. import abi
 from ..errors import UnsupportedError
 from ..ir import nodes as ir
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Where each version's constant pool starts in the shared tuple."""
-
-    bases: tuple
-
-
-def layout(versions) -> Layout:
-    bases, n = [], 2
-    for v in versions:
-        bases.append(n)
-        n += len(v.consts)
-    return Layout(tuple(bases))
-
-
-def consts_tuple(globals_dict, builtins_dict, versions) -> tuple:
-    out = [globals_dict, builtins_dict]
-    for v in versions:
-        out.extend(v.consts)
-    return tuple(out)
-
-
-def _cstr(s: str) -> str:
-    return json.dumps(s)  # a valid C string literal for printable text
-
-
-class _Tables:
-    """One version's init-time tables, accumulated while its code is emitted."""
-
-    def __init__(self):
-        self.names: list[str] = []
-        self.specs: list[tuple[str, int]] = []  # (C initializer, type const)
-        self.ops: list[str] = []  # C statements creating ops (in init)
-        self.launches: list[str] = []  # C statements creating Triton launches
-        self.env: list[int] = []  # indices of the guards in the environment block
-        self.env_rows: list[str] = []  # their trt_envg_desc initializers
-        self.decls: list[str] = []
-        self.helpers: list[str] = []  # static functions before the version's (env guards)
-
-    def name(self, s: str) -> str:
-        return f"S->N[{self.name_ix(s)}]"
-
-    def name_ix(self, s: str) -> int:
-        if s not in self.names:
-            self.names.append(s)
-        return self.names.index(s)
+from .dispatch import (  # noqa: F401 - the SCM's callers use them through this module
+    DispatchIndex, Layout, consts_tuple, dispatch_index, generate_dispatcher, layout,
+    version_key)
+from .tables import Tables, braced, cstr
+from .unit import SCMSource, Unit
 
 
 class _VersionGen:
+    """The printer of one version's function body: a method per kind of node (`load` for
+    sources, `expr` for integer expressions, `guard` / `env_check`, `instr`, `out`), each
+    dispatching on the node's type; init-time tables go to `self.mod` (tables.py)."""
+
     def __init__(self, v: ir.Version, profile: bool = False):
-        self.mod = _Tables()
+        self.mod = Tables()
         self.v = v
         self.profile = profile
         self.lines: list[str] = []
@@ -193,79 +148,44 @@ class _VersionGen:
         raise UnsupportedError(f"cannot emit expression {e}")
 
     def shared_expr(self, e, prefix: str) -> tuple[list, str]:
-        """`e` with each repeated subexpression computed once: (temporaries, C).
-
-        Dynamo's shape guards are trees in which a symbolic value computed by a
-        chain of operations (Triton's next_power_of_2: six shifts and ors) is
-        written out again at every use; nested, FlagGems' cumsum made one guard
-        of 500 KB.  A subexpression that occurs twice or more becomes an
-        `int64_t` temporary evaluated before the condition, when its evaluation
-        can neither fail nor depend on a short circuit: + - * | & ^ min max,
-        comparisons, unary - abs not, // and % by a nonzero constant, and >> by
-        a constant in [0, 62].  Other divisions, modulos and left shifts (which
-        can set `ok`) stay in place; a
-        leaf read inside a temporary may still clear `ok` (a miss, as before)."""
-        ids: dict = {}    # id(node) -> canonical number
-        canon: dict = {}  # structure -> canonical number
-        count: dict = {}  # canonical number -> uses
-
-        def number(n) -> int:
-            c = ids.get(id(n))
-            if c is None:
-                if isinstance(n, ir.BinOp):
-                    key = ("b", n.op, number(n.lhs), number(n.rhs))
-                elif isinstance(n, ir.UnOp):
-                    key = ("u", n.op, number(n.operand))
-                else:
-                    key = ("l", n)
-                c = canon.setdefault(key, len(canon))
-                ids[id(n)] = c
-            count[c] = count.get(c, 0) + 1
-            return c
-
-        number(e)
-        temps: dict = {}
+        """`e` (a shape guard's, `ShapeGuard.shared` when passes/shared_subexpressions set it)
+        as (temporaries, C): each `ir.Shared` is an `int64_t` temporary `<prefix><index>`
+        declared where its computation ends, each `ir.SharedRef` that temporary."""
         pre: list = []
 
         def emit(n) -> str:
-            c = ids[id(n)]
-            if c in temps:
-                return temps[c]
-            text = self.expr(n, emit)
-            if count[c] >= 2 and _total(n):
-                name = f"{prefix}{len(temps)}"
-                pre.append(f"int64_t {name} = {text};")
-                temps[c] = name
+            if isinstance(n, ir.Shared):
+                name = f"{prefix}{n.index}"
+                pre.append(f"int64_t {name} = {self.expr(n.expr, emit)};")
                 return name
-            return text
+            if isinstance(n, ir.SharedRef):
+                return f"{prefix}{n.index}"
+            return self.expr(n, emit)
 
         return pre, emit(e)
 
     # -- guards
     def guard(self, k: int, g) -> None:
         text = _guard_comment(g)
-        if _env_guard(g):
-            self._env_guard(k, g, text)
-            return
         self.lines.append(f"  /* [{k}] {text} */")
         fail = f"FAIL({k})"
         if isinstance(g, ir.GlobalState):
-            words = ", ".join(f"INT64_C({w})" for w in g.words)
+            words = braced(*(f"INT64_C({w})" for w in g.words))
             self.mod.decls.append(
-                f"static const trt_global_state gs_v{self.v.index}_{k} = {{{{{words}}}}};")
+                f"static const trt_global_state gs_v{self.v.index}_{k} = {braced(words)};")
             self.lines.append(f"  if (memcmp(now, &gs_v{self.v.index}_{k}, sizeof(trt_global_state)) != 0) {fail};")
         elif isinstance(g, ir.TensorMatch):
             o = self.load(g.source)
             nd = len(g.sizes)
             spec = len(self.mod.specs)
-            dims = lambda xs: "{" + ", ".join(  # noqa: E731
-                "TRT_DYN" if x is None else f"INT64_C({x})" for x in xs) + "}"
+            dims = lambda xs: braced(  # noqa: E731
+                *("TRT_DYN" if x is None else f"INT64_C({x})" for x in xs))
             if nd:
                 self.mod.decls.append(f"static const int64_t sz{spec}[] = {dims(g.sizes)};")
                 self.mod.decls.append(f"static const int64_t st{spec}[] = {dims(g.strides)};")
-            init = (f"{{NULL, {g.dtype}, {g.device_type}, {g.device_index}, "
-                    f"{int(g.requires_grad)}, UINT64_C({g.dispatch_keys}), {nd}, "
-                    f"{'sz%d' % spec if nd else 'NULL'}, {'st%d' % spec if nd else 'NULL'}}}")
+            init = braced("NULL", g.dtype, g.device_type, g.device_index, int(g.requires_grad),
+                          f"UINT64_C({g.dispatch_keys})", nd, f"sz{spec}" if nd else "NULL",
+                          f"st{spec}" if nd else "NULL")
             self.mod.specs.append((init, g.type_const))
             m = f"m{len(self.meta)}"
             self.meta[g.source] = (m, nd)
@@ -319,7 +239,7 @@ class _VersionGen:
             conds = [f"{vs[i]} == {vs[j]}" for i in range(len(vs)) for j in range(i + 1, len(vs))]
             self.lines.append(f"  if ({' || '.join(conds)}) {fail};")
         elif isinstance(g, ir.ShapeGuard):
-            pre, cond = self.shared_expr(g.expr, f"c{k}_")
+            pre, cond = self.shared_expr(g.expr if g.shared is None else g.shared, f"c{k}_")
             if not pre:
                 self.lines.append(f"  ok = 1; if (!({cond}) || !ok) {fail};")
             else:
@@ -329,13 +249,13 @@ class _VersionGen:
         else:
             raise UnsupportedError(f"guard {type(g).__name__} has no C lowering")
 
-    def _env_guard(self, k: int, g, text: str) -> None:
-        """A guard on the environment only (every source a global or a constant, then
-        attributes, items, types): a row of the version's `envg_desc` table (its loads as
-        steps, then its check), evaluated with the version's other environment guards as one
-        block by scm_main.c (trt_envblock in scm_prelude.h), which the version's function
-        re-evaluates only when something they read has changed.  The check of the block is
-        emitted where the first of them stood."""
+    def env_check(self, c: ir.EnvCheck, g) -> None:
+        """Guard `c.guard` of the environment block (`ir.EnvBlock`, passes/env_block.py): a row
+        of the version's `envg_desc` table, evaluated with the block's other rows by
+        scm_main.c (trt_envblock in scm_prelude.h), which the version's function re-evaluates
+        only when something they read has changed.  The check of the block is emitted where
+        the first of them stood."""
+        k = c.guard
         if not self.mod.env:
             self.lines.append(f"  /* [{k}...] environment guards: envg_desc, cached */")
             args = "envg_desc, envg_ix, TRT_NENV, &S->envctx, &S->h.failed"
@@ -347,70 +267,22 @@ class _VersionGen:
                 f"  }} else if (S->h.eb.nlive && !trt_envblock_live(&S->h.eb, {args})) {{\n"
                 "    goto miss;\n  }")
         self.mod.env.append(k)
-        consts = self.v.consts
-        kind, flags, c0, c1, name, n = "ID", 0, 0, 0, 0, 0
-        srcs = [g.a, g.b] if isinstance(g, ir.SameObject) else [g.source]
-        if isinstance(g, ir.IdMatch):
-            c0 = g.const
-        elif isinstance(g, ir.EqualsMatch):
-            kind, c0, c1 = "EQ", g.const, g.type_const
-            if not _immutable(consts[g.const]):
-                flags |= 1  # a mutable value: compared on every call
-        elif isinstance(g, ir.TypeMatch):
-            kind, c0 = "TYPE", g.type_const
-        elif isinstance(g, ir.SameObject):
-            kind = "SAME"
-        elif isinstance(g, ir.NotInDict):
-            kind, name = "NOTIN", self.mod.name_ix(g.name)
-        elif isinstance(g, ir.Contains):
-            kind, c0 = "CONTAINS", g.key
-            flags |= (4 if g.present else 0) | (2 if g.kind == "dict" else 8 | 1)
-        elif isinstance(g, ir.LengthMatch):
-            kind, c0, n = "LEN", g.type_const, g.length
-            t = consts[g.type_const]
-            if t is dict:
-                flags |= 2
-            elif t not in (tuple, str, bytes):
-                flags |= 1  # a mutable container: measured on every call
-        elif isinstance(g, ir.DictKeysMatch):
-            kind, c0, flags = "DICTKEYS", g.const, flags | 2
-        else:
-            raise UnsupportedError(f"guard {type(g).__name__} in an environment block")
-        chains = [self._env_steps(src) for src in srcs]
+        name = self.mod.name_ix(c.name) if c.name is not None else 0
+        # names are interned from each chain's last step back to its root, as they always
+        # were (the order of the version's name table, and so its C text, stays the same)
+        chains = [[self._env_step(s) for s in reversed(ch)][::-1] for ch in c.chains]
         steps = [st for ch in chains for st in ch]
-        self.mod.helpers.append(f"/* [{k}] {text} */")
-        self.mod.helpers.append(f"static const trt_envstep es{k}[] = {{{', '.join(steps)}}};")
-        self.mod.env_rows.append(
-            f"  {{TRT_EG_{kind}, {flags}, {len(steps)}, {len(chains[0])}, es{k}, {c0}, {c1}, "
-            f"{name}, INT64_C({n})}},  /* [{k}] */")
+        flags = sum(abi.ENV_GUARD_FLAGS[f] for f in c.flags)
+        self.mod.helpers.append(f"/* [{k}] {_guard_comment(g)} */")
+        self.mod.helpers.append(f"static const trt_envstep es{k}[] = {braced(*steps)};")
+        row = braced(f"TRT_EG_{c.kind.upper()}", flags, len(steps), len(chains[0]), f"es{k}",
+                     c.c0, c.c1, name, f"INT64_C({c.n})")
+        self.mod.env_rows.append(f"  {row},  /* [{k}] */")
 
-    def _env_steps(self, src) -> list:
-        """The C initializers of the steps loading `src`, from its root."""
-        out = []
-        while True:
-            if isinstance(src, ir.Global):
-                out.append(f"{{TRT_ES_GLOBAL, {self.mod.name_ix(src.name)}}}")
-                break
-            if isinstance(src, ir.ConstObj):
-                out.append(f"{{TRT_ES_CONST, {src.index}}}")
-                break
-            if isinstance(src, ir.Attr):
-                out.append(f"{{TRT_ES_ATTR, {self.mod.name_ix(src.name)}}}")
-            elif isinstance(src, ir.TypeOf):
-                out.append("{TRT_ES_TYPEOF, 0}")
-            elif isinstance(src, ir.DictEntryAt):
-                op = "TRT_ES_DICT_VALUE_AT" if src.value else "TRT_ES_DICT_KEY_AT"
-                out.append(f"{{{op}, {src.index}}}")
-            elif isinstance(src, ir.Item) and src.const >= 0:
-                out.append(f"{{TRT_ES_ITEM_CONST, {src.const}}}")
-            elif isinstance(src, ir.Item) and isinstance(src.key, int):
-                out.append(f"{{TRT_ES_ITEM_INT, {src.key}}}")
-            elif isinstance(src, ir.Item):
-                out.append(f"{{TRT_ES_ITEM_STR, {self.mod.name_ix(src.key)}}}")
-            else:  # _env_guard() admitted only the kinds above
-                raise UnsupportedError(f"cannot load source {src} in an environment guard")
-            src = src.base
-        return out[::-1]
+    def _env_step(self, s: ir.EnvStep) -> str:
+        """The C initializer of one step (`trt_envstep`)."""
+        arg = self.mod.name_ix(s.arg) if s.op in ("global", "attr", "item_str") else s.arg
+        return braced(f"TRT_ES_{s.op.upper()}", arg)
 
     # -- program
     def instr(self, ins) -> None:
@@ -444,11 +316,11 @@ class _VersionGen:
             self.lines.insert(0, f"  int64_t {ins.var} = 0;")
             self.lines.append(f"  {ins.var} = api->frame_get_int(F, {ins.slot});")
         elif isinstance(ins, ir.Call):
-            k = self._op(ins)
+            k = self.mod.op(ins)
             self.lines.append(f"  if (api->op_call(S->ops[{k}], F)) goto error;  /* {ins.op}.{ins.overload} */")
             self.side_effects = self.side_effects or ins.mutates
         elif isinstance(ins, ir.TritonLaunch):
-            k = self._launch(ins)
+            k = self.mod.launch(ins)
             if ins.select is None:
                 g = [self.expr(e) for e in ins.grid]
                 self.lines.append(f"  ok = 1; gx = {g[0]}; gy = {g[1]}; gz = {g[2]}; "
@@ -467,7 +339,7 @@ class _VersionGen:
             if self.side_effects:
                 self.lines.append(
                     "  if (rc == TRT_PRECONDITION) { PyErr_SetString(PyExc_RuntimeError, "
-                    f"{_cstr(PRECONDITION_LATE % ins.kernel)}); goto error; }}")
+                    f"{cstr(PRECONDITION_LATE % ins.kernel)}); goto error; }}")
             else:
                 self.lines.append(f"  if (rc == TRT_PRECONDITION) {{ S->h.failed = "
                                   f"{len(self.v.guards)} + {k}; goto miss; }}")
@@ -478,95 +350,6 @@ class _VersionGen:
                 f"  if (api->frame_list_item(F, {ins.src}, {ins.index}, {ins.dst})) goto error;")
         else:
             raise UnsupportedError(f"instruction {type(ins).__name__} has no C lowering")
-
-    def _launch(self, t: ir.TritonLaunch) -> int:
-        k = len(self.mod.launches)
-        ps = []
-        for p in t.params:
-            kind = "TRT_P_" + p.kind.upper()
-            if isinstance(p.arg, ir.Slot):
-                ps.append(f"{{{kind}, {p.arg.index}, 0, 0.0, {int(p.div16)}, {p.dtype}}}")
-            elif p.arg.kind == "double":
-                ps.append(f"{{{kind}, -1, 0, {_cdouble(p.arg.value)}, {int(p.div16)}, {p.dtype}}}")
-            else:
-                ps.append(f"{{{kind}, -1, INT64_C({int(p.arg.value)}), 0.0, {int(p.div16)}, "
-                          f"{p.dtype}}}")
-        stmts = ["  {"]
-        stmts.append(f"    static const trt_launch_param p[] = {{{', '.join(ps) or '{0}'}}};")
-        cub = f"S->K[{t.cubin_const}]"
-        sel = "NULL, 0, NULL"
-        if t.select is not None:
-            from ..triton.launch import KEY_CODES, TRANSFORM_CODES
-
-            ts = t.select.transforms or ("raw",) * len(t.select.keys)
-            ks = ", ".join(f"{{{a.index}, {KEY_CODES[kind]}, {TRANSFORM_CODES[tr]}}}"
-                           for (_n, a, kind), tr in zip(t.select.keys, ts))
-            stmts.append(f"    static const trt_launch_key keys[] = {{{ks or '{0, 0, 0}'}}};")
-            sel = f"S->K[{t.select.resolver_const}], {len(t.select.keys)}, keys"
-        stmts.append(f"    trt_launch_spec s = {{{_cstr(t.symbol)}, PyBytes_AS_STRING({cub}), "
-                     f"(int64_t)PyBytes_GET_SIZE({cub}), {t.num_warps}, {t.num_ctas}, {t.shared}, "
-                     f"{int(t.cooperative)}, {int(t.pdl)}, {len(t.params)}, p, {sel}}};")
-        stmts.append(f"    S->launches[{k}] = api->launch_new(&s);")
-        stmts.append(f"    if (!S->launches[{k}]) goto fail;")
-        stmts.append("  }")
-        self.mod.launches.append("\n".join(stmts))
-        return k
-
-    def _op(self, c: ir.Call) -> int:
-        k = len(self.mod.ops)
-        args = []
-        extra = []
-        for j, a in enumerate(c.args):
-            if isinstance(a, ir.Slot):
-                args.append(f"{{TRT_ARG_SLOT, 0, {a.index}, 0.0, NULL, NULL, NULL}}")
-            elif isinstance(a, ir.ConstArg):
-                if a.kind == "none":
-                    args.append("{TRT_ARG_NONE, 0, 0, 0.0, NULL, NULL, NULL}")
-                elif a.kind in ("int", "bool"):
-                    kind = "TRT_ARG_BOOL" if a.kind == "bool" else "TRT_ARG_INT"
-                    args.append(f"{{{kind}, 0, INT64_C({int(a.value)}), 0.0, NULL, NULL, NULL}}")
-                elif a.kind == "double":
-                    args.append(f"{{TRT_ARG_DOUBLE, 0, 0, {_cdouble(a.value)}, NULL, NULL, NULL}}")
-                elif a.kind in ("str", "device"):
-                    kind = "TRT_ARG_STR" if a.kind == "str" else "TRT_ARG_DEVICE"
-                    args.append(f"{{{kind}, 0, 0, 0.0, {_cstr(a.value)}, NULL, NULL}}")
-                else:
-                    raise UnsupportedError(f"constant argument kind {a.kind}")
-            elif isinstance(a, ir.ListArg):
-                items, ivals = [], []
-                for it in a.items:
-                    if isinstance(it, ir.Slot):
-                        items.append(str(it.index))
-                        ivals.append("0")
-                    elif it is None:
-                        items.append("TRT_ITEM_NONE")
-                        ivals.append("0")
-                    elif isinstance(it, float):
-                        raise UnsupportedError("float list constants")
-                    else:
-                        items.append("TRT_ITEM_CONST")
-                        ivals.append(f"INT64_C({int(it)})")
-                n = len(items)
-                if n:
-                    extra.append(f"    static const int32_t it{k}_{j}[] = {{{', '.join(items)}}};")
-                    extra.append(f"    static const int64_t iv{k}_{j}[] = {{{', '.join(ivals)}}};")
-                    args.append(f"{{TRT_ARG_LIST, {n}, 0, 0.0, NULL, it{k}_{j}, iv{k}_{j}}}")
-                else:
-                    args.append("{TRT_ARG_LIST, 0, 0, 0.0, NULL, NULL, NULL}")
-            else:
-                raise UnsupportedError(f"argument {a}")
-        outs = ", ".join(str(o) for o in c.outs) or "0"
-        name = c.op
-        stmts = ["  {"] + extra
-        stmts.append(f"    static const trt_arg a[] = {{{', '.join(args) or '{0}'}}};")
-        stmts.append(f"    static const int32_t outs[] = {{{outs}}};")
-        flags = "TRT_OP_BELOW_AUTOGRAD" if getattr(c, "below", False) else "0"
-        stmts.append(f"    S->ops[{k}] = api->op_new({_cstr(name)}, {_cstr(c.overload)}, "
-                     f"{len(c.args)}, a, {len(c.outs)}, outs, {flags});")
-        stmts.append(f"    if (!S->ops[{k}]) goto fail;")
-        stmts.append("  }")
-        self.mod.ops.append("\n".join(stmts))
-        return k
 
     # -- result
     def out(self, o) -> str:
@@ -629,16 +412,21 @@ class _VersionGen:
         return var
 
     def emit(self) -> str:
+        """The body of the version's function (`${body}` of version.c.in)."""
         v = self.v
         self.cleanup: list[str] = []
         self.shared: dict[int, str] = {}  # OutShared number -> the C variable holding it
         self.side_effects = False
         self.lines.append("  int ok = 1, rc = 0;\n  int64_t gx = 1, gy = 1, gz = 1;")
+        env = {c.guard: c for c in v.env.checks} if v.env else {}
         for k, g in enumerate(v.guards):
-            self.guard(k, g)
+            if k in env:
+                self.env_check(env[k], g)
+            else:
+                self.guard(k, g)
         # Python ints the program reads must fit in int64: checked here, so a
         # huge int is a specialization miss (Dynamo then decides), not an error.
-        for src in _pyint_sources(v.program):
+        for src in v.int_checks:  # passes/int_checks.py
             o = self.load(src)
             self.lines.append(f"  ok = 1; (void)trt_pyint({o}, &ok); if (!ok) FAIL({len(v.guards)});")
         if self.profile:
@@ -648,40 +436,13 @@ class _VersionGen:
             self.lines.append(f"  M = api->mode_enter({ir.RUN_MODES[v.run_mode][0]}); "
                               "if (!M) goto error;")
         self.lines.append(f"  F = api->frame_acquire({max(v.nslots, 1)});")
-        for ins in _inputs_first(v.program):
+        for ins in v.program:
             self.instr(ins)
         res = self.out(v.output)
         self.lines.append(f"  result = {res}; {res} = NULL;")
         self.lines.append("  *status = TRT_HIT;")
         self.lines.append("  goto done;")
-        body = "\n".join(self.lines)
-        ovars = list(self.src_vars.values())
-        decl = "".join(f"  PyObject *{o} = NULL;\n" for o in ovars)
-        release = "".join(f"  Py_XDECREF({o});\n" for o in ovars)
-        release += "".join(f"  Py_XDECREF({r});\n" for r in self.cleanup)
-        prof_begin = prof_end = ""
-        if self.profile:  # TRIDENT_PROFILE=1: the counters trident_scm_profile reads
-            prof_begin = "  int64_t trt_t0 = trt_now_ns(), trt_t1 = 0;\n"
-            prof_end = ("  if (trt_t1) S->h.ns_program += trt_now_ns() - trt_t1;\n"
-                        "  else { S->h.misses++; S->h.ns_misses += trt_now_ns() - trt_t0; }\n")
-        return (
-            f"PyObject *trident_version_{v.index}(void *st, PyObject *const *L, "
-            f"const trt_global_state *now, int *status) {{\n"
-            f"  version_state *S = (version_state *)st;\n"
-            f"  PyObject *const *K = S->K;\n  PyObject *result = NULL;\n  trt_frame *F = NULL;\n"
-            f"{'  void *M = NULL;' + chr(10) if v.run_mode else ''}"
-            f"{prof_begin}{decl}"
-            f"#define FAIL(k) do {{ S->h.failed = (k); goto miss; }} while (0)\n"
-            f"{body}\n"
-            f"bad_arg:\n"
-            f"  if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "
-            f"\"trident: an argument changed type while the call ran\");\n"
-            f"error:\n  *status = TRT_ERROR;\n  result = NULL;\n  goto done;\n"
-            f"miss:\n  *status = TRT_MISS;\n  result = NULL;\n"
-            f"done:\n  if (F) api->frame_release(F);\n"
-            f"{'  if (M) api->mode_exit(M);' + chr(10) if v.run_mode else ''}"
-            f"{release}{prof_end}"
-            f"#undef FAIL\n  return result;\n}}\n")
+        return "\n".join(self.lines)
 
 
 PRECONDITION_LATE = (
@@ -701,118 +462,7 @@ def _attr_expr(base: str, name: str, name_ref: str) -> str:
     return f"trt_getattr({base}, {name_ref})"
 
 
-def _inputs_first(program) -> list:
-    """The program with every SymDef computed from the inputs alone (their sizes, strides and
-    ints, read when the guards ran; not an integer an operator returned) moved to the front,
-    in order.  The values are the same wherever they are computed, but one beyond int64 is
-    then found before any operator writes to an argument: a miss (the call runs as eager
-    does), not the late OverflowError (found by the fuzzer: `x.clamp_(min=0); return s * 2`
-    with s = 2**62)."""
-    early: list = []
-    rest: list = []
-    known: set = set()
-
-    def from_inputs(e) -> bool:
-        if isinstance(e, ir.SymVar):
-            return e.name in known
-        if isinstance(e, ir.BinOp):
-            return from_inputs(e.lhs) and from_inputs(e.rhs)
-        if isinstance(e, ir.UnOp):
-            return from_inputs(e.operand)
-        return isinstance(e, (ir.SymLeaf, ir.IntConst))
-
-    for ins in program:
-        if isinstance(ins, ir.SymDef) and from_inputs(ins.expr):
-            known.add(ins.var)
-            early.append(ins)
-        else:
-            rest.append(ins)
-    return early + rest
-
-
-def _pyint_sources(program) -> list:
-    out: list = []
-
-    def walk(e):
-        if isinstance(e, ir.SymLeaf) and isinstance(e.leaf, ir.PyInt):
-            out.append(e.leaf.source)
-        elif isinstance(e, ir.BinOp):
-            walk(e.lhs)
-            walk(e.rhs)
-        elif isinstance(e, ir.UnOp):
-            walk(e.operand)
-
-    for ins in program:
-        if isinstance(ins, ir.LoadScalar) and ins.kind == "int":
-            out.append(ins.source)
-        elif isinstance(ins, ir.SymDef):
-            walk(ins.expr)
-    return list(dict.fromkeys(out))
-
-
 _COMMENT_MAX = 400
-_TOTAL_OPS = frozenset(("+", "-", "*", "|", "&", "^", "max", "min",
-                        "==", "!=", "<", "<=", ">", ">="))
-
-
-def _total(e) -> bool:
-    """An operation whose C does not short-circuit and sets `ok` only on an int64 overflow
-    (leaves are not worth a temporary). A temporary is evaluated even where the expression
-    would short-circuit past it, so an overflow there makes the guard miss where Python's
-    would not have evaluated it: a needless capture, never a wrong hit."""
-    if isinstance(e, ir.BinOp):
-        if e.op in _TOTAL_OPS:
-            return True
-        if not isinstance(e.rhs, ir.IntConst):
-            return False
-        if e.op in ("//", "%"):  # by a constant: never by zero (Dynamo writes x >> 1 as x // 2)
-            return e.rhs.value != 0
-        return e.op == ">>" and 0 <= e.rhs.value <= 62
-    return isinstance(e, ir.UnOp) and e.op in ("-", "abs", "not")
-
-
-_ENV_GUARDS = (ir.IdMatch, ir.EqualsMatch, ir.TypeMatch, ir.SameObject, ir.NotInDict,
-               ir.Contains, ir.LengthMatch, ir.DictKeysMatch)
-
-
-def _env_source(src) -> bool:
-    """A source read from the environment alone: a global or a constant, then attributes,
-    items, `type()` and dict entries (no call, no argument of the call)."""
-    while isinstance(src, (ir.Attr, ir.Item, ir.TypeOf, ir.DictEntryAt)):
-        src = src.base
-    return isinstance(src, (ir.Global, ir.ConstObj))
-
-
-_ENV_STEPS = abi.ENV_STEPS  # TRT_ENV_STEPS of scm_prelude.h
-
-
-def _chain_len(src) -> int:
-    n = 1
-    while isinstance(src, (ir.Attr, ir.Item, ir.TypeOf, ir.DictEntryAt)):
-        src = src.base
-        n += 1
-    return n
-
-
-def _env_guard(g) -> bool:
-    if not isinstance(g, _ENV_GUARDS):
-        return False
-    if isinstance(g, ir.SameObject):
-        return (_env_source(g.a) and _env_source(g.b)
-                and _chain_len(g.a) + _chain_len(g.b) <= _ENV_STEPS)
-    return _env_source(g.source) and _chain_len(g.source) <= _ENV_STEPS
-
-
-_IMMUTABLE = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device)
-
-
-def _immutable(v) -> bool:
-    """A value whose equality with a constant cannot change while it is the same object."""
-    if type(v) in _IMMUTABLE:
-        return True
-    if type(v) in (tuple, frozenset):
-        return all(_immutable(x) for x in v)
-    return False
 
 
 def _guard_comment(g) -> str:
@@ -831,37 +481,6 @@ def _comment(s: str) -> str:
     return _ADDRESS.sub("", s).replace("*/", "* /").replace("\n", " ")
 
 
-def _cdouble(x: float) -> str:
-    if x != x or x in (float("inf"), float("-inf")):
-        return {"inf": "(1.0/0.0)", "-inf": "(-1.0/0.0)"}.get(str(x), "(0.0/0.0)")
-    return repr(float(x))
-
-
-@dataclass(frozen=True)
-class Unit:
-    """One C translation unit: its file name in the build and its text."""
-
-    name: str
-    text: str
-
-
-@dataclass(frozen=True)
-class SCMSource:
-    """The C of one SCM: a unit per version, in dispatch order, and the
-    dispatcher.  `text()` is all of it as one listing, for dumps and golden
-    tests; the build compiles the units separately."""
-
-    versions: tuple
-    dispatcher: Unit
-
-    @property
-    def units(self) -> tuple:
-        return (*self.versions, self.dispatcher)
-
-    def text(self) -> str:
-        return "\n".join(f"/* ==== {u.name} ==== */\n{u.text}" for u in self.units)
-
-
 def generate(versions, profile: bool = False) -> SCMSource:
     """The C of an SCM holding `versions`, tried in order."""
     return SCMSource(tuple(generate_version(v, profile) for v in versions),
@@ -869,263 +488,53 @@ def generate(versions, profile: bool = False) -> SCMSource:
 
 
 def generate_version(v: ir.Version, profile: bool = False) -> Unit:
-    """The translation unit of one version.  Its text depends on `v` (its index names its
-    symbols) and `profile` alone, so adding versions never changes it.  With `profile`
-    (TRIDENT_PROFILE=1) the function also times its guards and its program into its head."""
+    """The translation unit of one version: `version.c.in` filled in.  Its text depends on `v`
+    (its index names its symbols) and `profile` alone, so adding versions never changes it.
+    With `profile` (TRIDENT_PROFILE=1) the function also times its guards and its program into
+    its head."""
     gen = _VersionGen(v, profile)
     body = gen.emit()
     mod = gen.mod
-    i = v.index
-    out = [(f"/* Generated by Trident: version {i} of a Specialization Cache Module. "
-            "Do not edit. */"),
-           '#include "scm_prelude.h"', "#include <stdlib.h>", "#include <string.h>", "",
-           f"TRT_DECLARE_VERSION({i})", "",
-           "static const trt_api *api;", "",
-           "typedef struct version_state {",
-           "  trt_version_head h; /* first: trident_scm_stats reads hits and failed through it */",
-           "  PyObject *const *K; /* this version's constant pool */",
-           "  PyObject *globals, *builtins;",
-           "  trt_envctx envctx; /* K, N, globals, builtins for the environment block */",
-           f"  PyObject *N[{max(len(mod.names), 1)}];",
-           f"  trt_tensor_spec spec[{max(len(mod.specs), 1)}];",
-           f"  trt_op *ops[{max(len(mod.ops), 1)}];",
-           f"  trt_launch *launches[{max(len(mod.launches), 1)}];",
-           "} version_state;", ""]
-    out.extend(mod.decls)
-    out.append("")
-    if mod.helpers:
-        out.extend(mod.helpers)
-        out.append("")
+    ovars = list(gen.src_vars.values())
+    local = "".join(f"  PyObject *{o} = NULL;\n" for o in ovars)
+    release = "".join(f"  Py_XDECREF({o});\n" for o in ovars)
+    release += "".join(f"  Py_XDECREF({r});\n" for r in gen.cleanup)
+    if profile:  # TRIDENT_PROFILE=1: the counters trident_scm_profile reads
+        local = "  int64_t trt_t0 = trt_now_ns(), trt_t1 = 0;\n" + local
+        release += ("  if (trt_t1) S->h.ns_program += trt_now_ns() - trt_t1;\n"
+                    "  else { S->h.misses++; S->h.ns_misses += trt_now_ns() - trt_t0; }\n")
+    if v.run_mode:  # the function's own mode, entered after the guards, left at done:
+        local = "  void *M = NULL;\n" + local
+        release = "  if (M) api->mode_exit(M);\n" + release
+    env_table = ""
     if mod.env:
-        out.append(f"#define TRT_NENV {len(mod.env)}")
-        out.append("static const trt_envg_desc envg_desc[] = {")
-        out.extend(mod.env_rows)
-        out.append("};")
-        out.append("static const int envg_ix[] = {" + ", ".join(map(str, mod.env)) + "};")
-        out.append("")
-    out.append(body)
-    out.append(f"void trident_version_{i}_free(void *st) {{")
-    out.append("  version_state *S = (version_state *)st;\n  if (!S) return;")
-    out.append(f"  for (int i = 0; i < {len(mod.ops)}; ++i) "
-               "if (S->ops[i]) api->op_free(S->ops[i]);")
-    out.append(f"  for (int i = 0; i < {len(mod.launches)}; ++i) "
-               "if (S->launches[i]) api->launch_free(S->launches[i]);")
-    out.append("  trt_envblock_free(&S->h.eb);")
-    out.append(f"  for (int i = 0; i < {len(mod.names)}; ++i) Py_XDECREF(S->N[i]);")
-    out.append("  free(S);\n}\n")
-    out.append(f"int trident_version_{i}_init(const trt_api *a, PyObject *const *K, "
-               "PyObject *globals, PyObject *builtins, void **out) {")
-    out.append("  api = a;")
-    out.append("  version_state *S = (version_state *)calloc(1, sizeof(version_state));")
-    out.append("  if (!S) { PyErr_NoMemory(); return -1; }")
-    out.append("  S->K = K; /* borrowed: the SCM's state owns the tuple */")
-    out.append("  S->globals = globals;\n  S->builtins = builtins;")
-    out.append("  S->envctx = (trt_envctx){K, S->N, globals, builtins};")
-    out.append("  S->h.failed = -1;")
+        env_table = "".join(f"{line}\n" for line in (
+            f"#define TRT_NENV {len(mod.env)}", "static const trt_envg_desc envg_desc[] = {",
+            *mod.env_rows, "};",
+            "static const int envg_ix[] = {" + ", ".join(map(str, mod.env)) + "};", ""))
+    init = []
     for j, n in enumerate(mod.names):
-        out.append(f"  S->N[{j}] = PyUnicode_InternFromString({_cstr(n)});")
-        out.append(f"  if (!S->N[{j}]) goto fail;")
-    for j, (init, tk) in enumerate(mod.specs):
-        out.append("  {")
-        out.append(f"    const trt_tensor_spec t = {init};")
-        out.append(f"    S->spec[{j}] = t;\n    S->spec[{j}].type = (PyTypeObject *)S->K[{tk}];")
-        out.append("  }")
-    out.extend(mod.ops)
-    out.extend(mod.launches)
-    out.append("  *out = S;\n  return 0;")
-    out.append(f"fail:\n  trident_version_{i}_free(S);\n  return -1;\n}}")
-    return Unit(f"version_{i}.c", "\n".join(out) + "\n")
+        init.append(f"  S->N[{j}] = PyUnicode_InternFromString({cstr(n)});")
+        init.append(f"  if (!S->N[{j}]) goto fail;")
+    for j, (spec, tk) in enumerate(mod.specs):
+        init.append("  {")
+        init.append(f"    const trt_tensor_spec t = {spec};")
+        init.append(f"    S->spec[{j}] = t;\n    S->spec[{j}].type = (PyTypeObject *)S->K[{tk}];")
+        init.append("  }")
+    init.extend(mod.ops)
+    init.extend(mod.launches)
+    text = _VERSION_C.substitute(
+        index=v.index, names_size=max(len(mod.names), 1), specs_size=max(len(mod.specs), 1),
+        ops_size=max(len(mod.ops), 1), launches_size=max(len(mod.launches), 1),
+        decls="".join(f"{d}\n" for d in mod.decls),
+        helpers="".join(f"{h}\n" for h in (*mod.helpers, "")) if mod.helpers else "",
+        env_table=env_table, locals=local, body=body, exit=release,
+        nops=len(mod.ops), nlaunches=len(mod.launches), nnames=len(mod.names),
+        init="".join(f"{line}\n" for line in init))
+    return Unit(f"version_{v.index}.c", text)
 
 
-def generate_dispatcher(versions) -> Unit:
-    """The unit regenerated on every rebuild: the version tables,
-    `trt_scm_dispatch`, calling each version's function directly, in order
-    (the entry points around it are runtime/scm_main.c), and the dispatch
-    index `trt_scm_index` (`dispatch_index`; scm_dispatch.h says how it is
-    used).  It includes only scm_dispatch.h, not Python.h, so it compiles in a
-    few milliseconds."""
-    lay = layout(versions)
-    idx = [v.index for v in versions]
-    out = [("/* Generated by Trident: the dispatcher of a Specialization Cache Module "
-            "(scm_dispatch.h). Do not edit. */"),
-           '#include "scm_dispatch.h"', ""]
-    out.extend(f"TRT_DECLARE_VERSION({i})" for i in idx)
-    bases = ", ".join(map(str, lay.bases)) or "0"
-    inits = ", ".join(f"trident_version_{i}_init" for i in idx) or "0"
-    frees = ", ".join(f"trident_version_{i}_free" for i in idx) or "0"
-    out += ["", f"const int trt_scm_nversions = {len(versions)};",
-            f"const int trt_scm_bases[] = {{{bases}}};",
-            f"trt_version_init_fn *const trt_scm_inits[] = {{{inits}}};",
-            f"trt_version_free_fn *const trt_scm_frees[] = {{{frees}}};", "",
-            ("PyObject *trt_scm_dispatch(void *const *v, PyObject *const *L, "
-             "const trt_global_state *now, int *status) {"),
-            "  PyObject *r;"]
-    for k, i in enumerate(idx):
-        out.append(f"  r = trident_version_{i}(v[{k}], L, now, status);")
-        out.append("  if (*status != TRT_SCM_MISS) return r;")
-    out.append("  *status = TRT_SCM_MISS;\n  return NULL;\n}")
-    out.append("")
-    out.extend(_index_c(dispatch_index(versions), idx))
-    return Unit("scm.c", "\n".join(out) + "\n")
+# The skeleton of a version's unit, with ${name} placeholders (string.Template).
+_VERSION_C = string.Template((Path(__file__).parent / "version.c.in").read_text())
 
 
-# ---------------------------------------------------------------- dispatch index
-
-INDEX_MIN_VERSIONS = 8  # an SCM with fewer is only scanned in order (a hit costs what it did)
-INDEX_MIN_GROUP = 4     # a group with fewer versions is not probed: its versions are keyless
-_INDEX_NDIM = 16        # TRT_SCM_INDEX_NDIM of scm_dispatch.h
-_INDEX_WIDTH = 64       # TRT_SCM_INDEX_WIDTH
-_INDEX_GROUPS = 32      # TRT_SCM_INDEX_GROUPS
-
-
-@dataclass(frozen=True)
-class Probe:
-    """One tensor argument of a group's key: tensor_match with every size and stride
-    symbolic, then the values at `pos` (d: size d, ndim + d: stride d) go into the key."""
-
-    local: int
-    type_k: int  # the exact type: its index in the constant tuple (in version_key: its pool)
-    dtype: int
-    device_type: int
-    device_index: int
-    requires_grad: bool
-    dispatch_keys: int
-    ndim: int
-    pos: tuple
-
-
-@dataclass(frozen=True)
-class KeyPart:
-    """One tensor argument's part of a version's key: its probe, the identity of its type
-    object (versions share a group only with the same type), and the values at probe.pos."""
-
-    probe: Probe
-    type_id: int
-    values: tuple
-
-
-@dataclass(frozen=True)
-class Group:
-    """Versions whose keys have the same probes; `keys` maps each key (a tuple of sizes and
-    strides, sorted) to the dispatch positions of its versions, ascending."""
-
-    probes: tuple
-    keys: tuple  # ((key, (position, ...)), ...), ascending by key
-
-
-@dataclass(frozen=True)
-class DispatchIndex:
-    groups: tuple
-    keyless: tuple  # positions of the versions in no group, ascending
-
-
-def version_key(v: ir.Version) -> tuple:
-    """The necessary condition the version's tensor guards put on its plain arguments: a
-    KeyPart per argument L[i] with a tensor_match guard (the first one on it), or () when
-    there is none.
-
-    A part holds everything the guard compares but the sizes and strides, and the values of
-    those it fixes.  A call that passes the version's guards passes that tensor_match, so
-    its tensors have exactly these properties and values: the version is a candidate of the
-    call's key."""
-    out, seen, width = [], set(), 0
-    for g in v.guards:
-        if not (isinstance(g, ir.TensorMatch) and type(g.source) is ir.Local):
-            continue
-        if g.source.index in seen:
-            continue
-        seen.add(g.source.index)
-        nd = len(g.sizes)
-        if nd > _INDEX_NDIM or len(g.strides) != nd or not 0 <= g.type_const < len(v.consts):
-            continue
-        typ = v.consts[g.type_const]
-        if not isinstance(typ, type):
-            continue
-        pos = tuple(d for d in range(nd) if g.sizes[d] is not None)
-        pos += tuple(nd + d for d in range(nd) if g.strides[d] is not None)
-        if width + len(pos) > _INDEX_WIDTH:
-            continue
-        width += len(pos)
-        probe = Probe(g.source.index, g.type_const, g.dtype, g.device_type, g.device_index,
-                      bool(g.requires_grad), g.dispatch_keys, nd, pos)
-        vals = tuple(g.sizes[d] if d < nd else g.strides[d - nd] for d in pos)
-        out.append(KeyPart(probe, id(typ), vals))
-    return tuple(out)
-
-
-def dispatch_index(versions) -> DispatchIndex:
-    """The SCM's dispatch index (scm_dispatch.h): versions grouped by the probes of their
-    keys.  None is built below INDEX_MIN_VERSIONS versions; a group of fewer than
-    INDEX_MIN_GROUP versions, past the first _INDEX_GROUPS groups, or a version without
-    tensor arguments, is keyless (tried on every call that reaches the index)."""
-    if len(versions) < INDEX_MIN_VERSIONS:
-        return DispatchIndex((), ())
-    lay = layout(versions)
-    members: dict = {}  # signature -> [(position, key values, its probes)]
-    for k, v in enumerate(versions):
-        key = version_key(v)
-        if key:
-            probes = tuple(dataclasses.replace(p.probe, type_k=lay.bases[k] + p.probe.type_k)
-                           for p in key)
-            sig = tuple((p.type_id, dataclasses.replace(p.probe, type_k=0)) for p in key)
-            vals = tuple(x for p in key for x in p.values)
-            members.setdefault(sig, []).append((k, vals, probes))
-    groups, grouped = [], set()
-    for ms in members.values():  # in the order of each group's first version
-        if len(ms) < INDEX_MIN_GROUP or len(groups) == _INDEX_GROUPS:
-            continue
-        keys: dict = {}
-        for k, vals, _ in ms:
-            keys.setdefault(vals, []).append(k)
-            grouped.add(k)
-        groups.append(Group(ms[0][2], tuple((kv, tuple(ks)) for kv, ks in sorted(keys.items()))))
-    if not groups:
-        return DispatchIndex((), ())
-    return DispatchIndex(tuple(groups),
-                         tuple(k for k in range(len(versions)) if k not in grouped))
-
-
-def _index_c(x: DispatchIndex, idx: list) -> list:
-    """The C of `trt_scm_index` (ngroups 0: no index)."""
-    if not x.groups:
-        return ["const trt_dispatch_index trt_scm_index = {0, NULL, 0, NULL, NULL};"]
-    nv = sum(len(ks) for g in x.groups for _, ks in g.keys)
-    out = [f"/* The dispatch index: {len(x.groups)} group(s) over {nv} version(s), "
-           f"{len(x.keyless)} keyless. */"]
-    rows = []
-    for gi, g in enumerate(x.groups):
-        prows = []
-        for pi, p in enumerate(g.probes):
-            pos = f"ip{gi}_{pi}"
-            out.append(f"static const int8_t {pos}[] = {{{', '.join(map(str, p.pos)) or '0'}}};")
-            prows.append(f"  {{{p.local}, {p.type_k}, {p.dtype}, {p.device_type}, "
-                         f"{p.device_index}, {int(p.requires_grad)}, "
-                         f"UINT64_C({p.dispatch_keys}), {p.ndim}, {len(p.pos)}, {pos}}},")
-        out.append(f"static const trt_scm_probe ip{gi}[] = {{")
-        out.extend(prows)
-        out.append("};")
-        width = sum(len(p.pos) for p in g.probes)
-        starts, vers = [0], []
-        out.append(f"static const int64_t ik{gi}[] = {{")
-        for key, ks in g.keys:
-            if width:
-                out.append("  " + ", ".join(f"INT64_C({v})" for v in key) + ",")
-            vers.extend(ks)
-            starts.append(len(vers))
-        if not width:
-            out.append("  0")
-        out.append("};")
-        out.append(f"static const int32_t is{gi}[] = {{{', '.join(map(str, starts))}}};")
-        out.append(f"static const int32_t iv{gi}[] = {{{', '.join(map(str, vers))}}};")
-        rows.append(f"  {{{len(g.probes)}, ip{gi}, {width}, {len(g.keys)}, ik{gi}, is{gi}, "
-                    f"iv{gi}}},")
-    out.append("static const trt_scm_group index_groups[] = {")
-    out.extend(rows)
-    out.append("};")
-    keyless = ", ".join(map(str, x.keyless)) or "0"
-    out.append(f"static const int32_t index_keyless[] = {{{keyless}}};")
-    fns = ", ".join(f"trident_version_{i}" for i in idx)
-    out.append(f"static trt_version_fn *const index_fns[] = {{{fns}}};")
-    out.append(f"const trt_dispatch_index trt_scm_index = {{{len(x.groups)}, index_groups, "
-               f"{len(x.keyless)}, index_keyless, index_fns}};")
-    return out

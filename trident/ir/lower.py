@@ -11,9 +11,11 @@ import operator
 
 import torch
 
-from .. import config
 from ..errors import UnsupportedError
 from . import nodes as ir
+from .passes import LoweringPlan, lowering_plan
+from .passes.below_autograd import library_key, python_kernel_ops
+from .passes.fx import arg_value
 
 _SYM_BINOPS = {
     operator.add: "+", operator.sub: "-", operator.mul: "*", operator.floordiv: "//",
@@ -25,202 +27,13 @@ _SYM_BINOPS = {
 _SYM_UNOPS = {operator.neg: "-", torch.sym_not: "not"}
 
 
-# In-place reuse of a dead intermediate: `t = f(x, w); u = g(t, b)` where nothing but g reads t
-# runs g in place on t (`g_(t, b)`), which saves one allocation (about 0.6-0.9 us per op on a
-# CPU). Only for these operators, whose results are exactly rounded (every correct kernel, and
-# the in-place one, gives the same bits) and computed elementwise into self's shape:
-_INPLACE = {
-    "aten::mul.Tensor": "aten::mul_.Tensor",
-    "aten::add.Tensor": "aten::add_.Tensor",
-    "aten::sub.Tensor": "aten::sub_.Tensor",
-    "aten::relu.": "aten::relu_.",
-    "aten::neg.": "aten::neg_.",
-}
-# Operators whose result is always a new tensor that aliases nothing (ATen's functional
-# contract), so that once its only reader runs in place on it nothing observes the change.
-_FRESH = set(_INPLACE) | {
-    "aten::div.Tensor", "aten::exp.", "aten::log.", "aten::rsqrt.", "aten::sqrt.",
-    "aten::sin.", "aten::cos.", "aten::abs.", "aten::reciprocal.", "aten::sigmoid.",
-    "aten::tanh.", "aten::silu.", "aten::gelu.", "aten::pow.Tensor_Scalar",
-    "aten::pow.Tensor_Tensor", "aten::_to_copy.", "aten::clone.", "aten::mean.dim",
-    "aten::sum.dim_IntList", "aten::mm.", "aten::bmm.", "aten::addmm.", "aten::_softmax.",
-    "aten::where.self", "aten::cat.",
-}
-
-
-def _arg_value(node, i: int, a):
-    """The value of schema argument `a` (index i) of an FX call node, or None."""
-    if i < len(node.args):
-        return node.args[i]
-    return node.kwargs.get(a.name)
-
-
-def below_autograd_nodes(graph) -> set:
-    """The call nodes whose operator may run below the autograd layer (with the Autograd and
-    ADInplaceOrView dispatch keys excluded, as ATen's own autograd kernels do before they
-    redispatch), in a version where no operator records autograd history (`_no_autograd`):
-
-    - a functional ATen operator (no argument written, no result aliasing an argument): with no
-      tensor requiring grad its autograd kernel only redispatches, and its results are fresh
-      tensors either way;
-    - an ATen view whose base (the start of its chain of views) no graph output aliases: below
-      ADInplaceOrView a view gets no view metadata (no `_base`, its own version counter),
-      which nothing can observe on a tensor that stays inside the program, provided that
-      nothing writes through a view of a base the program did not make (an input, a
-      constant: the write would not bump the base's version counter, which the caller sees).
-
-    Operators that write (in-place, out=) keep the full path, and so do views of escaping
-    tensors and operators outside the `aten` namespace.  Python code sees what it is handed:
-    for an operator with a kernel registered from Python (`torch.library`, as FlagGems does
-    for aten::mm; looked up when the version is lowered), every view of a base that any view
-    of is passed to it keeps the full path, so that the kernel sees the `_base` eager gives it
-    (a nested `trident.jit` kernel guards on it: a bare alias would not match the version its
-    capture made, one more version per call site).  The operator itself runs below unless
-    its Python kernel is at the autograd layer (a backend kernel runs below it in eager too).
-    Forward-mode AD is checked at run time (`op_call`: only while no dual level is active)."""
-    py, py_autograd = _python_kernel_ops()
-    fresh, root, tainted, writes, seen_by_py = set(), {}, set(), set(), set()
-    for n in graph.nodes:
-        if n.op != "call_function":
-            continue
-        t = n.target
-        if t is operator.getitem:
-            src = n.args[0]
-            if src in fresh:
-                fresh.add(n)
-            elif src in root:
-                root[n] = root[src]
-            continue
-        if not isinstance(t, torch._ops.OpOverload):
-            continue
-        s = t._schema
-        if _library_key(t) in py:
-            if _library_key(t) in py_autograd:
-                writes.add(n)  # keeps the full path: its Python kernel is that path
-            for w in _flat_nodes((n.args, n.kwargs)):
-                if w in root:
-                    seen_by_py.add(root[w])
-        for i, a in enumerate(s.arguments):  # writes through a view taint its base
-            if a.alias_info is not None and a.alias_info.is_write:
-                writes.add(n)
-                for w in _flat_nodes(_arg_value(n, i, a)):
-                    if w in root:
-                        tainted.add(root[w])
-        aliased = None
-        if any(r.alias_info is not None for r in s.returns):
-            for i, a in enumerate(s.arguments):
-                if a.alias_info is not None:
-                    aliased = _arg_value(n, i, a)
-                    break
-            if isinstance(aliased, torch.fx.Node):
-                root[n] = root.get(aliased, aliased)
-            continue
-        if any(a.alias_info is not None for a in s.arguments):
-            continue  # writes an argument without returning it
-        fresh.add(n)
-    out = next((n for n in graph.nodes if n.op == "output"), None)
-    escaping = set()
-    if out is not None:
-        for o in _flat_nodes(out.args):
-            escaping.add(root.get(o, o))
-    below = set()
-    for n in graph.nodes:
-        if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload) \
-                or not n.target._schema.name.startswith("aten::") or n in writes:
-            continue
-        if n in fresh or (n in root and root[n] not in escaping and root[n] not in seen_by_py
-                          and (root[n] in fresh or root[n] not in tainted)):
-            below.add(n)
-    return below
-
-
-def _library_key(op) -> str:
-    """`ns/name[.overload]`, as torch.library records the kernels registered from Python."""
-    name = op._schema.name.replace("::", "/")
-    return f"{name}.{op._schema.overload_name}" if op._schema.overload_name else name
-
-
-def _python_kernel_ops() -> tuple:
-    """The operators with a kernel registered from Python under a key a real tensor's call can
-    reach (every key but Meta), and those of them with one at the autograd layer (which running
-    below would skip), as sets of `ns/name[.overload]`."""
-    out, autograd = set(), set()
-    for k in getattr(torch.library, "_impls", ()):
-        op, _, key = k.rpartition("/")
-        if key == "Meta":
-            continue
-        op = op[:-len(".default")] if op.endswith(".default") else op
-        out.add(op)
-        if key.startswith("Autograd") or key == "ADInplaceOrView":
-            autograd.add(op)
-    return out, autograd
-
-
-def _flat_nodes(a) -> list:
-    """Every FX node inside a (nested) tuple/list/dict of node arguments."""
-    found = []
-    torch.fx.node.map_arg(a, lambda x: found.append(x) or x)
-    return found
-
-
-def _op_key(target) -> str:
-    s = target._schema
-    return f"{s.name}.{s.overload_name}"
-
-
-def _same_layout(src, node, *, min_size: int) -> bool:
-    """The traced results of FX nodes `src` and `node` are strided tensors of the same dtype,
-    device, sizes and strides, and no static size of `src` is below `min_size`."""
-    a, b = src.meta.get("val"), node.meta.get("val")
-    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
-        return False
-    return (a.dtype == b.dtype and a.device == b.device and a.layout == torch.strided
-            and b.layout == torch.strided and _same_ints(a.shape, b.shape)
-            and _same_ints(a.stride(), b.stride())
-            and not any(type(d) is int and d < min_size for d in a.shape))
-
-
-def _same_ints(a, b) -> bool:
-    """Equal sizes or strides, without asking the shape environment (which would add guards
-    after they were taken): ints equal, or symbolic ints with the same expression."""
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b):
-        if type(x) is int and type(y) is int:
-            if x != y:
-                return False
-        elif isinstance(x, torch.SymInt) and isinstance(y, torch.SymInt):
-            if x.node.expr != y.node.expr:
-                return False
-        else:
-            return False
-    return True
-
-
-def _no_autograd(cap, guards) -> bool:
-    """No operator of the version records autograd history: the program runs under the
-    function's own no_grad / inference_mode (run_mode), grad mode was off at capture (the
-    global-state guard keeps it so) and the function does not enable it (run_mode
-    enable_grad), or no graph input requires grad (tensor guards keep that; Dynamo refuses
-    creating a tensor with requires_grad=True inside the graph)."""
-    run_mode = getattr(cap, "run_mode", 0)
-    if run_mode in (1, 3):  # the whole program under no_grad / inference_mode
-        return True
-    gs = [g for g in guards if isinstance(g, ir.GlobalState)]
-    if run_mode != 2 and gs and gs[0].words and gs[0].words[0] == 0:
-        return True
-    return not any(isinstance(gin.example, torch.Tensor) and gin.example.requires_grad
-                   for gin in cap.inputs)
-
-
 class _Lowering:
     def __init__(self, conv, consts, rt, tensor_guards):
         self.conv = conv
         self.consts = consts
         self.rt = rt
         self.tensor_guards = tensor_guards  # IR source -> TensorMatch
-        self.reuse = False  # in-place reuse of dead intermediates allowed (see _INPLACE)
-        self.below: set = set()  # call nodes that run below the autograd layer
+        self.plan = LoweringPlan()  # the FX-graph analyses' decisions (ir/passes)
         self.program: list = []
         self.nslots = 0
         self.vals: dict = {}  # fx node -> ("slot", i) | ("sym", var, slot) | ("multi", [slots])
@@ -355,7 +168,7 @@ class _Lowering:
         schema = op._schema
         if schema.name.startswith("aten::_assert") or op is torch.ops.aten._assert_scalar.default:
             raise UnsupportedError("runtime asserts in the graph")
-        if self.reuse and self._dead_clone(node):
+        if node in self.plan.dead_clones:
             self.vals[node] = self.vals[node.args[0]]  # the intermediate is the copy
             return
         if schema.name == "prims::fma" and not schema.overload_name:
@@ -375,7 +188,7 @@ class _Lowering:
             if "Generator" in str(a.type) and v is not None:
                 raise UnsupportedError(f"{op}: explicit generator")
             if (isinstance(v, (bool, int, float)) and str(a.type) in ("Tensor", "Tensor?")
-                    and _library_key(op) in _python_kernel_ops()[0]):
+                    and library_key(op) in python_kernel_ops()[0]):
                 # The runtime passes a number for a Tensor argument as a wrapped-number tensor,
                 # which reaches a kernel written in Python as a Python number; a custom op's
                 # Python autograd kernel then redispatches with it and fails the schema check
@@ -389,12 +202,12 @@ class _Lowering:
         outs = tuple(self.slot() for _ in range(nret))
         mutates = any(a.alias_info is not None and a.alias_info.is_write
                       for a in schema.arguments)
-        inplace = self.reuse and self._reusable(node)
-        below = node in self.below
+        inplace = self.plan.inplace.get(node)
+        below = node in self.plan.below
         if inplace:
             # writes only a tensor this program made and nothing reads after: no side effect
             # (nor below the autograd layer, where the dead tensor's version is not bumped)
-            full, ovl = _INPLACE[_op_key(op)].split(".")
+            full, ovl = inplace
             self.program.append(ir.Call(full, ovl, tuple(args), outs, False, below))
         else:
             self.program.append(ir.Call(full, schema.overload_name, tuple(args), outs, mutates,
@@ -409,10 +222,10 @@ class _Lowering:
         with `value=`, and of `lerp`), whose kernels are Python: `(a * b) + c`, as its ATen
         implementation computes, here as two ATen operators (`b` may be a Python number,
         which the Python autograd kernel would not accept from the runtime)."""
-        a, b, c = (_arg_value(node, i, x) for i, x in enumerate(node.target._schema.arguments))
+        a, b, c = (arg_value(node, i, x) for i, x in enumerate(node.target._schema.arguments))
         if any(v is None for v in (a, b, c)):
             raise UnsupportedError("prims::fma with a missing argument")
-        below = node in self.below
+        below = node in self.plan.below
         tensor = torch.ops.aten.mul.Tensor._schema.arguments[1].type
         prod = self.slot()
         self.program.append(ir.Call("aten::mul", "Tensor",
@@ -423,50 +236,6 @@ class _Lowering:
                                     (ir.Slot(prod), self.arg(c, tensor), ir.ConstArg("int", 1)),
                                     (out,), False, below))
         self.vals[node] = ("slot", out)
-
-    def _reusable(self, node) -> bool:
-        """`node` may run in place on its first argument: an operator of _INPLACE whose self
-        is the only use of a fresh intermediate (no other reader, no view of it, not an output)
-        with the result's dtype, device, sizes and strides, and nothing else reads that
-        intermediate in `node`'s arguments."""
-        if _op_key(node.target) not in _INPLACE or not node.args:
-            return False
-        src = node.args[0]
-        if not self._dead_fresh(src):
-            return False
-        uses = [a for a in (*node.args, *node.kwargs.values()) if a is src]
-        # Not where a size is 0 or 1: there the trace's strides can differ from the real
-        # kernels' (fake tensors canonicalize them; TensorIterator keeps an input's), and in
-        # place keeps the intermediate's (`y * 1.5` on y = (4, 1).t(): real strides (1, 1),
-        # traced (4, 1); `+ z` of it (4, 1) in both; a (0, 0, 2) transposed y likewise).
-        # Dynamo specializes sizes 0 and 1, so a symbolic size is neither.
-        return len(uses) == 1 and _same_layout(src, node, min_size=2)
-
-    def _dead_fresh(self, src) -> bool:
-        """`src` is a fresh intermediate (the result of an operator of _FRESH, in a slot)
-        whose only FX user is the node at hand."""
-        return (isinstance(src, torch.fx.Node) and src.op == "call_function"
-                and isinstance(src.target, torch._ops.OpOverload)
-                and _op_key(src.target) in _FRESH and len(src.users) == 1
-                and self.vals.get(src, ("",))[0] == "slot")
-
-    def _dead_clone(self, node) -> bool:
-        """`node` is `aten::clone` (keeping the layout) of a fresh intermediate that nothing
-        else reads (no other reader, no view of it, not an output): the intermediate itself
-        serves as the copy, and no copy runs.  ATen's decomposition of `dropout` at inference
-        (`p == 0` or not training) is `input.clone()` where eager's dropout returns its input:
-        a copy kernel per attention layer and token that eager does not run.  A fresh
-        intermediate is non-overlapping and dense (every operator of _FRESH allocates its
-        result so), and `clone` with `preserve_format` copies such a tensor's strides
-        exactly, so the clone eager would make has the same sizes, strides and values.  Not
-        where a size is 0 (there a dense layout's strides are not unique)."""
-        if node.target is not torch.ops.aten.clone.default or not node.args:
-            return False
-        fmt = node.kwargs.get("memory_format", node.args[1] if len(node.args) > 1 else None)
-        if fmt not in (None, torch.preserve_format):
-            return False
-        src = node.args[0]
-        return self._dead_fresh(src) and _same_layout(src, node, min_size=1)
 
     def getitem(self, node) -> None:
         base, idx = node.args
@@ -584,10 +353,7 @@ def lower(cap, conv, consts, rt, guards) -> tuple:
     """Returns (program, output tree, nslots)."""
     tensor_guards = {g.source: g for g in guards if isinstance(g, ir.TensorMatch)}
     lo = _Lowering(conv, consts, rt, tensor_guards)
-    no_autograd = _no_autograd(cap, guards)
-    lo.reuse = config.reuse_buffers() and no_autograd
-    if config.below_autograd() and no_autograd:
-        lo.below = below_autograd_nodes(cap.aten_graph.graph)
+    lo.plan = lowering_plan(cap, guards)
     lo.launches = list(getattr(cap, "launches", []))
     g = cap.aten_graph.graph
     placeholders = [n for n in g.nodes if n.op == "placeholder"]

@@ -230,7 +230,29 @@ class UnOp:
         return f"{self.op}({self.operand})"
 
 
-SymExpr = Union[SymLeaf, SymVar, IntConst, BinOp, UnOp]
+@dataclass(frozen=True)
+class Shared:
+    """A subexpression that occurs more than once, computed once, here where it first occurs
+    (`passes.shared_subexpressions`); later occurrences are `SharedRef(index)`."""
+
+    index: int
+    expr: "SymExpr"
+
+    def __str__(self) -> str:
+        return f"(t{self.index} := {self.expr})"
+
+
+@dataclass(frozen=True)
+class SharedRef:
+    """The value of `Shared(index)`, computed earlier in the same expression."""
+
+    index: int
+
+    def __str__(self) -> str:
+        return f"t{self.index}"
+
+
+SymExpr = Union[SymLeaf, SymVar, IntConst, BinOp, UnOp, Shared, SharedRef]
 
 # ------------------------------------------------------------------ guards
 
@@ -425,6 +447,9 @@ class GlobalState:
 class ShapeGuard:
     expr: SymExpr
     text: str  # Dynamo's own rendering, for humans
+    # `expr` with each repeated subexpression computed once (Shared / SharedRef), when
+    # `passes.shared_subexpressions` found one to share; what codegen evaluates.
+    shared: "SymExpr | None" = field(default=None, compare=False)
 
     def __str__(self) -> str:
         return f"shape {self.expr}    # {self.text}"
@@ -520,7 +545,7 @@ class Call:
     outs: tuple
     mutates: bool = False  # writes to an argument (in-place / out= op)
     # runs below the autograd layer (Autograd and ADInplaceOrView keys excluded; see
-    # lower.below_autograd_nodes)
+    # ir/passes/below_autograd.py)
     below: bool = False
 
     def __str__(self) -> str:
@@ -728,6 +753,59 @@ Out = Union[OutSlot, OutSym, OutConst, OutSource, OutSeq, OutDict, OutNew, OutSt
             OutShared]
 
 
+# ------------------------------------------------------- environment block
+
+
+@dataclass(frozen=True)
+class EnvStep:
+    """One load of an environment guard's source, from its root: `op` is a key of
+    `abi.ENV_STEP_OPS` (global, const, attr, item_int, item_str, typeof, dict_key_at,
+    dict_value_at, item_const); `arg` a name (global, attr, item_str) or an int."""
+
+    op: str
+    arg: object
+
+    def __str__(self) -> str:
+        return f"{self.op} {self.arg}"
+
+
+@dataclass(frozen=True)
+class EnvCheck:
+    """Guard `guard` of the version as a row of its environment block: the steps loading each
+    of its sources (`chains`: one, or two for same_object), then the check `kind` (a key of
+    `abi.ENV_GUARD_KINDS`) with its operands (constant indices `c0`, `c1`, a `name`, a length
+    `n`) and `flags` (keys of `abi.ENV_GUARD_FLAGS`)."""
+
+    guard: int
+    kind: str
+    flags: tuple
+    chains: tuple
+    c0: int = 0
+    c1: int = 0
+    name: "str | None" = None
+    n: int = 0
+
+    def __str__(self) -> str:
+        return f"[{self.guard}]" + (f" ({', '.join(self.flags)})" if self.flags else "")
+
+
+@dataclass(frozen=True)
+class EnvBlock:
+    """The guards on the environment alone (`passes.env_block`), checked as one block that is
+    evaluated once and then re-checked through version-tag records (trt_envblock in
+    scm_prelude.h); its check stands where the first of them stood."""
+
+    checks: tuple  # of EnvCheck, in guard order
+
+    @property
+    def guards(self) -> tuple:
+        return tuple(c.guard for c in self.checks)
+
+    def __str__(self) -> str:
+        return ("environment block " + " ".join(map(str, self.checks))
+                + ": one check, cached on version tags")
+
+
 @dataclass(frozen=True)
 class Version:
     """One specialization: guards, then the host program and its result."""
@@ -748,6 +826,10 @@ class Version:
     # is one call of the function itself in Python (an `OutNew` of the call's arguments) under
     # the guards Dynamo recorded for the path ("" for a native version; see trident/eager.py).
     eager: str = ""
+    # What the passes decided (trident/ir/passes): the environment block, and the Python ints
+    # the program reads, each checked after the guards to fit int64 (one beyond is a miss).
+    env: "EnvBlock | None" = None
+    int_checks: tuple = ()
 
 
 # ir.Version.run_mode -> (runtime constant TRT_MODE_*, what explain shows).

@@ -10,6 +10,13 @@ def print_version(v: ir.Version) -> str:
     lines.append("  guards:")
     for i, g in enumerate(v.guards):
         lines.append(f"    [{i}] {g}")
+        if isinstance(g, ir.ShapeGuard) and g.shared is not None:
+            lines.append(f"          computed as {g.shared}")
+    if v.env is not None:
+        lines.append(f"  {v.env}")
+    if v.int_checks:
+        lines.append("  ints checked to fit int64 after the guards (else a miss): "
+                     + ", ".join(map(str, v.int_checks)))
     if v.eager:
         lines.append(f"  runs eagerly: {v.eager} (the program calls the function in Python)")
     if v.run_mode:

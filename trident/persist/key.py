@@ -19,7 +19,8 @@ import torch
 
 from .. import config
 
-FORMAT = 1  # of a record (trident/persist/record.py); part of the key
+FORMAT = 2  # of a record (trident/persist/record.py); part of the key. 2: its host IR holds
+# the passes' results (trident/ir/passes), which codegen prints and does not compute
 
 
 def _torch_version() -> str:

@@ -1,0 +1,30 @@
+"""What codegen returns: C translation units, plain text (no I/O)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One C translation unit: its file name in the build and its text."""
+
+    name: str
+    text: str
+
+
+@dataclass(frozen=True)
+class SCMSource:
+    """The C of one SCM: a unit per version, in dispatch order, and the
+    dispatcher.  `text()` is all of it as one listing, for dumps and golden
+    tests; the build compiles the units separately."""
+
+    versions: tuple
+    dispatcher: Unit
+
+    @property
+    def units(self) -> tuple:
+        return (*self.versions, self.dispatcher)
+
+    def text(self) -> str:
+        return "\n".join(f"/* ==== {u.name} ==== */\n{u.text}" for u in self.units)

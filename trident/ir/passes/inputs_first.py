@@ -1,0 +1,38 @@
+"""Pass: integers of the inputs first.
+
+Every `SymDef` computed from the inputs alone (their sizes, strides and ints, read when the
+guards ran; not an integer an operator returned) moves to the front of the program, in order.
+The values are the same wherever they are computed, but one beyond int64 is then found before
+any operator writes to an argument: a miss (the call runs as eager does), not the late
+OverflowError (found by the fuzzer: `x.clamp_(min=0); return s * 2` with s = 2**62).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .. import nodes as ir
+
+
+def inputs_first(v: ir.Version) -> ir.Version:
+    """`v` with its program reordered so: the SymDefs of the inputs, then the rest."""
+    early: list = []
+    rest: list = []
+    known: set = set()
+
+    def from_inputs(e) -> bool:
+        if isinstance(e, ir.SymVar):
+            return e.name in known
+        if isinstance(e, ir.BinOp):
+            return from_inputs(e.lhs) and from_inputs(e.rhs)
+        if isinstance(e, ir.UnOp):
+            return from_inputs(e.operand)
+        return isinstance(e, (ir.SymLeaf, ir.IntConst))
+
+    for ins in v.program:
+        if isinstance(ins, ir.SymDef) and from_inputs(ins.expr):
+            known.add(ins.var)
+            early.append(ins)
+        else:
+            rest.append(ins)
+    return dataclasses.replace(v, program=tuple(early + rest))
