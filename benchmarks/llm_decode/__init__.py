@@ -93,6 +93,7 @@ names of every module are importable from the package, as from the single file i
   session.py  one mode on one model in phases, interleaved or in sequence
   report.py   the markdown report, the chart and the side files
   cli.py      the arguments and main()
+  __main__.py `python -m llm_decode` (from benchmarks/)
 """
 
 from __future__ import annotations
