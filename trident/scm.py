@@ -1,6 +1,6 @@
 """The Specialization Cache Module: versions, miss handling, rebuilds.
 
-The object users call is a native `trident.Function` (trident_rt.cpp).  On
+The object users call is a native `trident.Function` (trident_rt_types.cpp).  On
 each call it binds the arguments and enters the installed SCM, which tries
 its versions in order.  Only a miss comes here (`SCM.miss`): capture a new
 version with Dynamo, rebuild the SCM with every version (only the new
@@ -516,7 +516,7 @@ _REASON_VERSIONS = 8
 
 
 def _native_locals(code) -> int:
-    """How many locals the native binder fills for `code` (trident_rt.cpp's Binder)."""
+    """How many locals the native binder fills for `code` (trident_rt_binder.cpp's Binder)."""
     return (code.co_argcount + code.co_kwonlyargcount
             + bool(code.co_flags & inspect.CO_VARARGS)
             + bool(code.co_flags & inspect.CO_VARKEYWORDS) + len(code.co_freevars))
