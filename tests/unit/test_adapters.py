@@ -221,14 +221,14 @@ def target(monkeypatch):
     return mod
 
 
-def _patched(ctx, orig):
+def _patched(orig):
     return lambda *a: "patched"
 
 
 def test_active_restores_what_it_set_when_applying_fails_halfway(monkeypatch, target):
     from trident.capture import adapters as A
 
-    def fails(ctx, orig):
+    def fails(orig):
         raise RuntimeError("adapter failed")
 
     f0, m0 = target.f, vars(target.K)["m"]
@@ -238,9 +238,8 @@ def test_active_restores_what_it_set_when_applying_fails_halfway(monkeypatch, ta
         A.Adapter("K.m", name, "K.m", _patched),
         A.Adapter("Sub.m, inherited", name, "Sub.m", _patched),
         A.Adapter("fails", name, "f", fails)))
-    with pytest.raises(RuntimeError, match="adapter failed"):
-        with A.active(A.State()):
-            pytest.fail("the capture must not run")
+    with pytest.raises(RuntimeError, match="adapter failed"), A.active(A.State()):
+        pytest.fail("the capture must not run")
     assert target.f is f0 and vars(target.K)["m"] is m0 and "m" not in vars(target.Sub)
     assert target.Sub().m() == "orig"
 
@@ -256,16 +255,34 @@ def test_active_restores_on_error_and_applies_only_what_applies(monkeypatch, tar
         A.Adapter("Sub.m, where Sub defines it", name, "Sub.m", _patched, own=True),
         A.Adapter("a missing optional module", "_trident_no_such_module", "x", _patched,
                   optional=True)))
-    with pytest.raises(KeyError):
-        with A.active(A.State()):
-            assert target.f() == "patched" and target.K().m() == "orig"
-            assert "m" not in vars(target.Sub)
-            raise KeyError("the capture failed")
+    with pytest.raises(KeyError), A.active(A.State()):
+        assert target.f() == "patched" and target.K().m() == "orig"
+        assert "m" not in vars(target.Sub)
+        raise KeyError("the capture failed")
     assert target.f is f0 and vars(target.K)["m"] is m0
     # what someone else set meanwhile stays
     with A.active(A.State()):
         target.f = theirs = lambda: "theirs"
     assert target.f is theirs
+
+
+def test_patches_act_only_for_the_capturing_thread_and_outlive_nested_captures(
+        monkeypatch, target):
+    import threading
+
+    from trident.capture import adapters as A
+
+    f0 = target.f
+    monkeypatch.setattr(A, "ADAPTERS", (A.Adapter("f", target.__name__, "f", _patched),))
+    seen = []
+    with A.active(A.State()):
+        t = threading.Thread(target=lambda: seen.append(target.f()))
+        t.start()
+        t.join()
+        with A.active(A.State()):
+            assert target.f() == "patched"
+        assert target.f() == "patched"
+    assert seen == ["orig"] and target.f is f0
 
 
 def test_every_registered_adapter_is_restored():

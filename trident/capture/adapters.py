@@ -4,9 +4,11 @@ refuses but whose meaning is plain.
 Each adapter is an entry of `ADAPTERS`: the torch or Triton attribute it
 patches (module + attribute path), the versions it was written against,
 and how it makes the replacement from the original.  `active(state)` (one
-capture) applies those that apply, under a lock, and restores exactly what
-it set when the capture ends, also when applying failed halfway.  An
-adapter records in `state.extra_guards` what the version must check at
+capture) sets them while any capture runs: the first capture to start
+applies those that apply, under a lock, and the last to end restores
+exactly what was set (also when applying failed halfway).  A replacement
+acts only for a thread that is capturing; other calls reach the original.
+An adapter records in `state.extra_guards` what the version must check at
 call time, so nothing it assumes goes unguarded.
 
 * **Disabled log calls.**  `logger.debug(...)` inside the function (FlagGems
@@ -56,6 +58,7 @@ call time, so nothing it assumes goes unguarded.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import itertools
 import logging
@@ -158,7 +161,8 @@ class Adapter:
     """One patch of a torch or Triton internal, set only while a capture runs (`active`).
 
     `module`.`target` (a dotted attribute path inside the module) is replaced by
-    `make(ctx, original)`, where `ctx` is the capture's `_Context`.  It applies where the
+    `make(original)`, which acts only for a thread that is capturing (`_current()` is its
+    capture's `_Context`).  It applies where the
     installed version of `package` is in [`first`, `end`) (major.minor), the versions its
     patch was written against; elsewhere it is left out.  `own`: patch only a class that
     defines the attribute itself (else the adapter is left out).  `optional`: a module that
@@ -177,20 +181,32 @@ class Adapter:
 
 
 class _Context:
-    """What a capture's adapters share: the capture's State, the user's autotuners whose
-    call Dynamo is tracing, and the globals aliases this capture added (removed when it
-    ends)."""
+    """What one capture's adapters share: its State, the user's autotuners whose call Dynamo
+    is tracing, and the globals aliases it added (removed when it ends)."""
 
     def __init__(self, state: State):
         self.state = state
         self.tuners: list = []
-        self.aliases: dict = {}  # (id(OutputGraph), id(globals)) -> (scope, name, globals)
+        self.aliases: dict = {}  # id(globals) -> (scope, name, globals)
 
 
-_LOCK = threading.RLock()  # one capture's patches at a time (re-entered by a nested capture)
+# The patches are process-wide while any thread captures: the first capture to start applies
+# them, the last to end restores them.  Each replacement acts only for a thread that is
+# capturing (its innermost capture's _Context); any other call goes to the original.
+_LOCK = threading.Lock()
+_APPLIED: list = []  # (owner, attr, had its own value, that value, replacement), in order
+_USERS = 0
+_TLS = threading.local()
 _ALIAS_IDS = itertools.count()
 
 
+def _current():
+    """This thread's innermost capture, or None."""
+    stack = getattr(_TLS, "stack", None)
+    return stack[-1] if stack else None
+
+
+@functools.lru_cache(maxsize=None)
 def _version(package: str) -> tuple | None:
     """(major, minor) of an installed package, or None (not installed, or no version)."""
     try:
@@ -235,41 +251,75 @@ def _owner(a: Adapter):
     return obj, attr
 
 
+def _only_in_capture(replacement, orig):
+    @functools.wraps(orig)
+    def patched(*args, **kwargs):
+        if _current() is None:
+            return orig(*args, **kwargs)
+        return replacement(*args, **kwargs)
+
+    return patched
+
+
+def _apply() -> None:
+    """Set every adapter that applies to the installed versions; on an error, put back what
+    was set and re-raise."""
+    try:
+        for a in ADAPTERS:
+            if not _applies(a):
+                continue
+            found = _owner(a)
+            if found is None:
+                continue
+            owner, attr = found
+            own = vars(owner)
+            had, previous = attr in own, own.get(attr)
+            orig = getattr(owner, attr)
+            replacement = _only_in_capture(a.make(orig), orig)
+            setattr(owner, attr, replacement)
+            _APPLIED.append((owner, attr, had, previous, replacement))
+    except BaseException:
+        _restore()
+        raise
+
+
+def _restore() -> None:
+    """Put back, in reverse order, exactly what _apply set.  A patch someone else replaced
+    meanwhile is left as they set it."""
+    while _APPLIED:
+        owner, attr, had, previous, replacement = _APPLIED.pop()
+        if vars(owner).get(attr) is not replacement:
+            log.debug("trident: %r.%s was replaced during a capture; left as it is", owner, attr)
+        elif had:
+            setattr(owner, attr, previous)
+        else:
+            delattr(owner, attr)
+
+
 @contextlib.contextmanager
 def active(state: State):
-    """Apply every adapter that applies to the installed versions, under a lock, for one
-    capture; on the way out (an exception included, also one raised while applying) put
-    back exactly what this call replaced, in reverse order, and remove the globals aliases
-    the capture added.  A patch someone else replaced meanwhile is left as they set it."""
+    """The adapters, for one capture on this thread (nested captures stack).  On the way
+    out, an exception included, the globals aliases the capture added are removed and, if
+    no other capture runs, every patch is put back."""
+    global _USERS
     with _LOCK:
-        ctx = _Context(state)
-        applied = []  # (owner, attr, had its own value, that value, replacement)
-        try:
-            for a in ADAPTERS:
-                if not _applies(a):
-                    continue
-                found = _owner(a)
-                if found is None:
-                    continue
-                owner, attr = found
-                own = vars(owner)
-                had, previous = attr in own, own.get(attr)
-                replacement = a.make(ctx, getattr(owner, attr))
-                setattr(owner, attr, replacement)
-                applied.append((owner, attr, had, previous, replacement))
-            yield state
-        finally:
-            for owner, attr, had, previous, replacement in reversed(applied):
-                if vars(owner).get(attr) is not replacement:
-                    log.debug("trident: %r.%s was replaced during a capture; left as it is",
-                              owner, attr)
-                elif had:
-                    setattr(owner, attr, previous)
-                else:
-                    delattr(owner, attr)
-            for scope, name, g in ctx.aliases.values():
-                if scope.get(name) is g:
-                    del scope[name]
+        if _USERS == 0:
+            _apply()
+        _USERS += 1
+    ctx = _Context(state)
+    stack = _TLS.__dict__.setdefault("stack", [])
+    stack.append(ctx)
+    try:
+        yield state
+    finally:
+        stack.pop()
+        for scope, name, g in ctx.aliases.values():
+            if scope.get(name) is g:
+                del scope[name]
+        with _LOCK:
+            _USERS -= 1
+            if _USERS == 0:
+                _restore()
 
 
 # -- the adapters ------------------------------------------------------------------------------
@@ -277,7 +327,7 @@ def active(state: State):
 # sees a value first.  Their conditions are disjoint.
 
 
-def _wrap_bare_heuristics(ctx, orig):
+def _wrap_bare_heuristics(orig):
     def _wrap(self, value):
         try:
             from triton.runtime.autotuner import Heuristics
@@ -290,7 +340,7 @@ def _wrap_bare_heuristics(ctx, orig):
     return _wrap
 
 
-def _wrap_elementwise_dtypes(ctx, orig):
+def _wrap_elementwise_dtypes(orig):
     def _wrap(self, value):
         if value is _elementwise_dtypes() and self.source is not None:
             # torch 2.11 puts this dtype computation in the graph and then
@@ -305,7 +355,7 @@ def _wrap_elementwise_dtypes(ctx, orig):
     return _wrap
 
 
-def _wrap_math_prod(ctx, orig):
+def _wrap_math_prod(orig):
     def _wrap(self, value):
         if value is math.prod and self.source is not None:
             # torch 2.11 cannot pass a generator to the builtin; the same
@@ -320,7 +370,7 @@ def _wrap_math_prod(ctx, orig):
     return _wrap
 
 
-def _wrap_tensor_wrappers(ctx, orig):
+def _wrap_tensor_wrappers(orig):
     def _wrap(self, value):
         poly = _polyfill_for(value)
         if poly is not None and self.source is not None:
@@ -334,7 +384,7 @@ def _wrap_tensor_wrappers(ctx, orig):
     return _wrap
 
 
-def _wrap_kernel_wrappers(ctx, orig):
+def _wrap_kernel_wrappers(orig):
     def _wrap(self, value):
         attr = _wrapped_attr(value)
         if attr is not None and self.source is not None:
@@ -344,21 +394,21 @@ def _wrap_kernel_wrappers(ctx, orig):
     return _wrap
 
 
-def _call_track_autotuner(ctx, orig):
+def _call_track_autotuner(orig):
     def call_triton_kernel(self, variable, args, kwargs, tx):
         k = variable.kernel
         if _is_autotuner(k) and not hasattr(k, "_trident_orig_autotuner"):
-            ctx.tuners.append(k)
+            _current().tuners.append(k)
             try:
                 return orig(self, variable, args, kwargs, tx)
             finally:
-                ctx.tuners.pop()
+                _current().tuners.pop()
         return orig(self, variable, args, kwargs, tx)
 
     return call_triton_kernel
 
 
-def _call_apply_heuristics(ctx, orig):
+def _call_apply_heuristics(orig):
     def call_triton_kernel(self, variable, args, kwargs, tx):
         variable, kwargs = _apply_heuristics(self, variable, args, kwargs, tx)
         return orig(self, variable, args, kwargs, tx)
@@ -366,7 +416,7 @@ def _call_apply_heuristics(ctx, orig):
     return call_triton_kernel
 
 
-def _call_kernel_args(ctx, orig):
+def _call_kernel_args(orig):
     def call_triton_kernel(self, variable, args, kwargs, tx):
         args = [_as_kernel_arg(tx, a) for a in args]
         kwargs = {k: _as_kernel_arg(tx, v) for k, v in kwargs.items()}
@@ -375,7 +425,7 @@ def _call_kernel_args(ctx, orig):
     return call_triton_kernel
 
 
-def _check_grid(ctx, orig):
+def _check_grid(orig):
     def check_grid(self, grid):
         # Triton's launcher reads grid[0:3] and ignores the rest (FlagGems
         # passes (M, n, 1, 1)); Dynamo refuses a grid of rank > 3.
@@ -387,7 +437,7 @@ def _check_grid(ctx, orig):
     return check_grid
 
 
-def _unpack_symbolic_heuristic(ctx, orig):
+def _unpack_symbolic_heuristic(orig):
     def maybe_unpack_heuristic_result(self, result):
         # A heuristic over a symbolic size (FlagGems' `M % TILE_M == 0`): its
         # value for this call becomes a constant of the version under a shape
@@ -401,7 +451,7 @@ def _unpack_symbolic_heuristic(ctx, orig):
     return maybe_unpack_heuristic_result
 
 
-def _autotune(ctx, orig):
+def _autotune(orig):
     def autotune(*a, **kw):
         # Dynamo rebuilds the user's autotuner (heuristics folded into its
         # configs, key=[]); remember which one, so the SCM can let the user's
@@ -410,8 +460,9 @@ def _autotune(ctx, orig):
 
         def wrap(fn):
             tuner = deco(fn)
-            if ctx.tuners:
-                tuner._trident_orig_autotuner = ctx.tuners[-1]
+            tuners = _current().tuners
+            if tuners:
+                tuner._trident_orig_autotuner = tuners[-1]
             return tuner
 
         return wrap
@@ -419,7 +470,7 @@ def _autotune(ctx, orig):
     return autotune
 
 
-def _quiet_log_calls(ctx, orig):
+def _quiet_log_calls(orig):
     def call_method(self, tx, name, args, kwargs):
         level = _LEVELS.get(name)
         lg = self.value
@@ -431,18 +482,18 @@ def _quiet_log_calls(ctx, orig):
                 and not lg.isEnabledFor(level)):
             from torch._dynamo.variables import ConstantVariable
 
-            ctx.state.extra_guards.append(("logger_quiet", self.source, level))
+            _current().state.extra_guards.append(("logger_quiet", self.source, level))
             return ConstantVariable.create(None)
         return orig(self, tx, name, args, kwargs)
 
     return call_method
 
 
-def _empty_graph(ctx, orig):
+def _empty_graph(orig):
     from torch._dynamo.utils import count_calls
 
     def compile_subgraph(self, tx, *a, **kw):
-        state = ctx.state
+        state = _current().state
         seen = state.backend_calls()
         out = orig(self, tx, *a, **kw)
         if (state.empty_graph is not None and state.backend_calls() == seen
@@ -453,7 +504,7 @@ def _empty_graph(ctx, orig):
     return compile_subgraph
 
 
-def _foreign_globals(ctx, orig):
+def _foreign_globals(orig):
     def get_globals_source_and_value(self, name):
         # Dynamo names an inlined function's globals by their `__name__`
         # and guards them as attributes of sys.modules[__name__].  FlagGems'
@@ -474,17 +525,17 @@ def _foreign_globals(ctx, orig):
         # version's guards read the dict itself as a constant (guards.translate's
         # SourceConverter.installed), never the alias, and a record names that dict by the
         # module that owns it (persist.consts).
-        og = self.output
-        key = (id(og), id(g))
-        if key not in ctx.aliases:
+        og, ctx = self.output, _current()
+        entry = ctx.aliases.get(id(g))
+        if entry is None:
             alias = f"___trident_globals_{id(g)}_{next(_ALIAS_IDS)}"
             scope = og.global_scope
             if alias in scope:
                 raise NotImplementedError(f"global alias {alias} is taken")
             scope[alias] = g
-            og.installed_globals.add(alias)
-            ctx.aliases[key] = (scope, alias, g)
-        src = GlobalSource(ctx.aliases[key][1])
+            entry = ctx.aliases[id(g)] = (scope, alias, g)
+        og.installed_globals.add(entry[1])  # (a restarted trace has a new OutputGraph)
+        src = GlobalSource(entry[1])
         return g, B.VariableBuilder(self, src)(g), DictGetItemSource(src, name)
 
     return get_globals_source_and_value
