@@ -22,16 +22,29 @@
 namespace {
 
 // A frame holding a test's values (tensors, floats, ints), in order.
+// nullptr with a Python exception set when a value is none of these.
 trt_frame* frame_from_list(PyObject* values) {
   trt_frame* f = trident::kApi.frame_acquire(static_cast<int32_t>(PyList_GET_SIZE(values)));
   for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values); ++i) {
     PyObject* v = PyList_GET_ITEM(values, i);
-    if (THPVariable_Check(v))
-      trident::kApi.frame_set_tensor(f, static_cast<int32_t>(i), v);
-    else if (PyFloat_Check(v))
-      trident::kApi.frame_set_double(f, static_cast<int32_t>(i), PyFloat_AsDouble(v));
-    else
-      trident::kApi.frame_set_int(f, static_cast<int32_t>(i), PyLong_AsLongLong(v));
+    const auto slot = static_cast<int32_t>(i);
+    if (THPVariable_Check(v)) {
+      trident::kApi.frame_set_tensor(f, slot, v);
+      continue;
+    }
+    if (PyFloat_Check(v)) {
+      const double d = PyFloat_AsDouble(v);
+      if (d == -1.0 && PyErr_Occurred()) break;
+      trident::kApi.frame_set_double(f, slot, d);
+      continue;
+    }
+    const long long n = PyLong_AsLongLong(v);
+    if (n == -1 && PyErr_Occurred()) break;
+    trident::kApi.frame_set_int(f, slot, n);
+  }
+  if (PyErr_Occurred()) {
+    trident::kApi.frame_release(f);
+    return nullptr;
   }
   return f;
 }
@@ -60,6 +73,10 @@ PyObject* py_launch_pack_for_test(PyObject*, PyObject* args) {
   trt_launch* l = trident::launch_new(&spec);
   if (!l) return nullptr;
   trt_frame* f = frame_from_list(values);
+  if (!f) {
+    trident::launch_free(l);
+    return nullptr;
+  }
   PyObject* out = trident::launch_pack_for_test(l, f);
   trident::kApi.frame_release(f);
   trident::launch_free(l);
@@ -105,6 +122,10 @@ PyObject* py_launch_select_for_test(PyObject*, PyObject* args) {
       break;
     }
     trt_frame* f = frame_from_list(values);
+    if (!f) {
+      Py_CLEAR(out);
+      break;
+    }
     PyObject* r = trident::launch_select_for_test(l, f, g.data(),
                                                   static_cast<int32_t>(g.size() / 3));
     trident::kApi.frame_release(f);
