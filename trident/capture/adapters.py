@@ -162,9 +162,9 @@ class Adapter:
 
     `module`.`target` (a dotted attribute path inside the module) is replaced by
     `make(original)`, which acts only for a thread that is capturing (`_current()` is its
-    capture's `_Context`).  It applies where the
-    installed version of `package` is in [`first`, `end`) (major.minor), the versions its
-    patch was written against; elsewhere it is left out.  `own`: patch only a class that
+    capture's `_Context`).  It applies where the installed version of `package` is in
+    [`first`, `end`) (major.minor), the versions its patch was written against; elsewhere it
+    is left out.  `own`: patch only a class that
     defines the attribute itself (else the adapter is left out).  `optional`: a module that
     does not import (Triton on a CPU-only install) leaves the adapter out; otherwise a
     missing module or attribute is an error, raised before the capture runs."""
