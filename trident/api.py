@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 import inspect
 
-from . import config, persist
-from .scm import SCM, Options, launch_resolvers
+from . import config, introspect, persist
+from .introspect import launch_resolvers
+from .scm import SCM, Options
 
 
 def jit(fn=None, *, strict: bool | None = None, max_versions: int | None = None,
@@ -59,7 +60,7 @@ def explain(f) -> str:
     and the path of the generated SCM (with its C source beside it); last,
     whether each version was captured here or loaded from disk."""
     scm = _scm_of(f)
-    return scm.explain() + persist.describe(scm)
+    return introspect.explain(scm) + persist.describe(scm)
 
 
 def versions(f) -> list:
@@ -73,7 +74,7 @@ def stats(f):
     the build cache excluded)."""
     scm = _scm_of(f)
     hits = scm.hits()
-    eager_paths = scm.eager_paths()
+    eager_paths = introspect.eager_paths(scm)
     return {"misses": scm.stats.misses, "captures": scm.stats.captures,
             "fallbacks": scm.stats.fallbacks, "versions": len(scm.versions), "hits": hits,
             # why the whole function runs eagerly, or else why its first eager path does
@@ -92,10 +93,10 @@ def stats(f):
             "compile_seconds": [dict(t) for t in scm.stats.compile_seconds],
             # per version, with TRIDENT_PROFILE=1: mean us in guards / program per hit,
             # misses and mean us of guards on a miss (None without profiling)
-            "profile": scm.profile(),
+            "profile": introspect.profile(scm),
             # per version: its environment guards, their version-tag records, how many run
             # on every call, whether the block is cached (None before it first ran)
-            "env_guards": scm.env_guards(),
+            "env_guards": introspect.env_guards(scm),
             # per selecting (autotuned) launch: keys seen ("variants"), the distinct
             # kernels they map to, native-table misses (resolver calls), runs of the
             # user's autotuner

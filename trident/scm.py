@@ -1,6 +1,6 @@
 """The Specialization Cache Module: versions, miss handling, rebuilds.
 
-The object users call is a native `trident.Function` (trident_rt.cpp).  On
+The object users call is a native `trident.Function` (trident_rt_types.cpp).  On
 each call it binds the arguments and enters the installed SCM, which tries
 its versions in order.  Only a miss comes here (`SCM.miss`): capture a new
 version with Dynamo, rebuild the SCM with every version (only the new
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from . import config, eager, persist
+from . import config, eager, introspect, persist
 from .capture.dynamo import capture
 from .codegen import c as cgen
 from .errors import BuildError, CaptureError, RecompileError, UnsupportedError
@@ -32,7 +32,6 @@ from .guards.translate import ConstPool, SourceConverter, dynamo_wrapped, transl
 from .ir import nodes as ir
 from .ir import passes
 from .ir.lower import lower
-from .ir.printer import print_version
 from .native import build
 
 log = logging.getLogger("trident")
@@ -232,7 +231,7 @@ class SCM:
                        reason=reason, notes=tuple(cap.notes),
                        run_mode=getattr(cap, "run_mode", 0))
         v = passes.run(v)  # the decisions between lowering and codegen (ir/passes)
-        self._dump(v, cap)
+        introspect.dump_version(self.fn.__qualname__, v, cap)
         return v
 
     def _install(self, versions: list) -> None:
@@ -270,7 +269,7 @@ class SCM:
             build.discard_scm(old_so)
         self.stats.build_paths.append(str(so))
         if config.dump_dir() is not None:
-            _dump_text(f"{self.fn.__qualname__}.scm.c", self.c_source)
+            introspect.dump_text(f"{self.fn.__qualname__}.scm.c", self.c_source)
         persist.save(self)  # what a new process needs to serve these versions (never raises)
 
     @property
@@ -301,7 +300,7 @@ class SCM:
             guards = translate(path_guards.guard_entries, path_guards, self.fn, consts, self.rt)
             v = passes.run(eager.eager_version(self.fn, len(self.versions), guards, consts,
                                                why=why, reason=reason))
-            self._dump(v, None)
+            introspect.dump_version(self.fn.__qualname__, v, None)
             t2 = time.perf_counter()
             self._install(self.versions + [v])
             self.stats.compile_seconds.append({"capture": t_capture, "guards_ir": t2 - t1,
@@ -392,117 +391,11 @@ class SCM:
                 text = f"version {v.index} failed guard [{failed}] {g}"
                 if isinstance(g, ir.GlobalState):
                     if now is None:
-                        now = _words(self.rt.global_state())
-                    text += f" [{global_state_diff(self.rt, g.words, now)}]"
+                        now = introspect.state_words(self.rt.global_state())
+                    text += f" [{introspect.global_state_diff(self.rt, g.words, now)}]"
                 parts.append(text)
         return "; ".join(parts) or "no version matched"
 
-    def eager_paths(self) -> list:
-        """The paths that run eagerly: per eager version its index, why and its hits; per
-        negative entry its key (as text), why, and the calls it has served."""
-        hits = self.hits()
-        out = [{"version": v.index, "reason": v.eager, "hits": h}
-               for v, h in zip(self.versions, hits) if v.eager]
-        out += [{"version": None, "key": eager.describe_key(k), "reason": e.reason,
-                 "hits": e.calls} for k, e in self.negatives.items()]
-        return out
-
-    def profile(self) -> list:
-        """Per version, from the counters of versions generated with TRIDENT_PROFILE=1 (since
-        the SCM was last built): mean microseconds in its guards and in its program per hit,
-        and its misses with the mean microseconds its guards took on one.  None for a version
-        that was not generated with profiling or has not run."""
-        mod = self.function._module
-        if mod is None:
-            return [None] * len(self.versions)
-        out = []
-        for (hits, _), (ng, npg, nm, nsm, *_env) in zip(mod.stats(), mod.profile()):
-            if not (hits or nm) or not (ng or npg or nsm):
-                out.append(None)
-                continue
-            out.append({"hits": hits, "guards_us": ng / hits / 1e3 if hits else None,
-                        "program_us": npg / hits / 1e3 if hits else None,
-                        "misses": nm, "miss_us": nsm / nm / 1e3 if nm else None})
-        return out
-
-    def env_guards(self) -> list:
-        """Per version, its environment guards (sources that start at a global or a
-        constant), evaluated as one block and re-evaluated only when something they read
-        changed: how many, the records their last evaluation left (dicts, classes, class
-        tags, instance dicts), how many of them read something no record covers and run on
-        every call (-1: the last evaluation failed), and whether the block is cached now.
-        None before the block first ran."""
-        mod = self.function._module
-        if mod is None:
-            return [None] * len(self.versions)
-        out = []
-        for (*_t, n, recs, live, valid) in mod.profile():
-            out.append(None if n == 0 else
-                       {"guards": n, "records": recs, "live": live, "cached": bool(valid)})
-        return out
-
-    # -- seeing inside ----------------------------------------------------------
-    def explain(self) -> str:
-        mod = self.function._module
-        stats = mod.stats() if mod is not None else [(0, -1)] * len(self.versions)
-        stats = [(h, f) for h, (_, f) in zip(self.hits(), stats)]
-        n_eager = sum(1 for v in self.versions if v.eager)
-        out = [f"trident.jit({self.fn.__qualname__}): {len(self.versions)} version(s)"
-               + (f" ({n_eager} running eagerly)" if n_eager else "")
-               + f", {self.stats.misses} miss(es), {self.stats.fallbacks} eager fallback(s)"]
-        if self.fallback_reason:
-            out.append(f"  runs eagerly: {self.fallback_reason}")
-        for key, entry in self.negatives.items():
-            out.append(f"  calls with {eager.describe_key(key)} run eagerly without a capture "
-                       f"({entry.calls} since): {entry.reason}")
-        if self.so_path:
-            out.append(f"  SCM: {self.so_path}  (dispatcher source, command and log beside it; "
-                       "the command names each version's object, its source beside it)")
-        times = self.stats.compile_seconds + [None] * len(self.versions)
-        prof = self.profile()
-        envs = self.env_guards()
-        for v, (hits, failed), t, p, e in zip(self.versions, stats, times, prof, envs):
-            line = f"  hits={hits}" + (f" last failed guard=[{failed}]" if failed >= 0 else "")
-            if t is not None:
-                line += (f"  compiled in {sum(t.values()):.2f} s (capture {t['capture']:.2f}, "
-                         f"guards+IR {t['guards_ir']:.2f}, C build+load {t['build']:.2f})")
-            out.append(line)
-            if p is not None:
-                fmt = lambda x: "-" if x is None else f"{x:.2f} us"  # noqa: E731
-                out.append(f"  profile (TRIDENT_PROFILE, since the last build): guards "
-                           f"{fmt(p['guards_us'])}, program {fmt(p['program_us'])} per hit; "
-                           f"{p['misses']} call(s) missed here, {fmt(p['miss_us'])} each")
-            if e is not None and e["live"] < 0:
-                out.append(f"  environment guards: {e['guards']}; their last evaluation failed "
-                           + ("(cached: it fails again while what the failed guard read holds)"
-                              if e["cached"] else "(not cached)"))
-            elif e is not None:
-                out.append(f"  environment guards: {e['guards']}, checked through {e['records']} "
-                           f"version-tag records ({'cached' if e['cached'] else 'not cached'}); "
-                           f"{e['live']} of them read what no tag covers and run on every call")
-            out.extend(f"  note: {n}" for n in v.notes)
-            out.append(print_version(v))
-            for launch, res in launch_resolvers(v):
-                out.append(f"    {launch.kernel}: {res.summary()}")
-                for key, cfg in list(res.configs.items())[:8]:
-                    out.append(f"      key {key}: {cfg}")
-                if len(res.configs) > 8:
-                    out.append(f"      ... {len(res.configs) - 8} more keys")
-                for key, why in list(res.python_only.items())[:4]:
-                    out.append(f"      key {key} launches through Triton: {why}")
-        return "\n".join(out)
-
-    def _dump(self, v: ir.Version, cap) -> None:
-        d = config.dump_dir()
-        if d is None:
-            return
-        name = f"{self.fn.__qualname__}.v{v.index}"
-        if cap is not None:  # None for an eager version
-            _dump_text(f"{name}.aten.txt", cap.aten_graph.print_readable(print_output=False)
-                       if cap.aten_graph is not None else "")
-            _dump_text(f"{name}.guards.txt", "\n".join(
-                f"{e.guard_type} {e.name}" for e in cap.guard_entries))
-        _dump_text(f"{name}.ir.txt", print_version(v))
 
 
 def _compiler_failed(e: BuildError) -> str:
@@ -518,59 +411,13 @@ _REASON_VERSIONS = 8
 
 
 def _native_locals(code) -> int:
-    """How many locals the native binder fills for `code` (trident_rt.cpp's Binder)."""
+    """How many locals the native binder fills for `code` (trident_rt_binder.cpp's Binder)."""
     return (code.co_argcount + code.co_kwonlyargcount
             + bool(code.co_flags & inspect.CO_VARARGS)
             + bool(code.co_flags & inspect.CO_VARKEYWORDS) + len(code.co_freevars))
-
-
-def _words(snapshot: bytes) -> tuple:
-    return tuple(int.from_bytes(snapshot[i * 8:(i + 1) * 8], "little", signed=True)
-                 for i in range(len(snapshot) // 8))
-
-
-_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64,
-           torch.complex128, torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8,
-           torch.bool)
-
-
-def global_state_diff(rt, at_capture: tuple, now: tuple) -> str:
-    """What differs between a version's global-state snapshot and the current one, word by
-    word, by name: '<name>: <at capture> at capture, <now> now'; a thread-local dispatch key
-    set by the keys it gained or lost."""
-    names = rt.global_state_names()
-    dtypes = {rt.enum_code(d): str(d).removeprefix("torch.") for d in _DTYPES}
-    out = []
-    for i, (a, b) in enumerate(zip(at_capture, now)):
-        if a == b:
-            continue
-        name = names[i] if i < len(names) and names[i] else f"word {i}"
-        if "dispatch keys" in name:
-            ua, ub = a & (2**64 - 1), b & (2**64 - 1)
-            delta = [f"+{rt.keyset_str(ub & ~ua)}" if ub & ~ua else "",
-                     f"-{rt.keyset_str(ua & ~ub)}" if ua & ~ub else ""]
-            out.append(f"{name}: {' '.join(d for d in delta if d)} since the capture")
-        elif "ScalarType" in name:
-            out.append(f"{name}: {dtypes.get(a, a)} at capture, {dtypes.get(b, b)} now")
-        else:
-            out.append(f"{name}: {a} at capture, {b} now")
-    return "; ".join(out) or "no word differs now"
-
-
-def launch_resolvers(v: ir.Version) -> list:
-    """(TritonLaunch, Resolver) for each selecting launch of a version."""
-    return [(ins, v.consts[ins.select.resolver_const]) for ins in v.program
-            if isinstance(ins, ir.TritonLaunch) and ins.select is not None]
 
 
 def _builtins_of(globals_dict: dict) -> dict:
     b = globals_dict.get("__builtins__", __builtins__)
     return b if isinstance(b, dict) else b.__dict__
 
-
-def _dump_text(name: str, text: str) -> None:
-    d = config.dump_dir()
-    if d is None:
-        return
-    d.mkdir(parents=True, exist_ok=True)
-    (d / name.replace("<", "_").replace(">", "_")).write_text(text)

@@ -5,8 +5,11 @@ which logs."""
 from __future__ import annotations
 
 import logging
+import sys
+import types
 import warnings
 
+import pytest
 import torch
 
 import trident
@@ -172,6 +175,135 @@ def test_globals_copied_from_another_module_are_guarded_as_a_dict(h, tmp_path):
     torch.testing.assert_close(f(x), (x * -2.0 + 1).relu())
     m.OFFSET = torch.full((), 5.0)
     h.check(f, entry, h.rand(8))
+
+
+def test_no_globals_alias_is_left_after_the_capture(h, tmp_path):
+    m = _generated_module(tmp_path, "logging")
+    wrapper = m.wrapper
+
+    def entry(x):
+        return wrapper(x).relu()
+
+    f = trident.jit(entry, strict=True)
+    h.check(f, entry, h.rand(8))
+    st = trident.stats(f)
+    assert st["versions"] == 1 and st["fallbacks"] == 0, st
+    # the alias lived only while the capture ran: neither the root frame's globals (this
+    # module's) nor the generated module's hold it, and the version reads the dict itself
+    left = [k for k in list(globals()) + list(vars(m)) if "trident_globals" in k]
+    assert left == [], left
+    assert "trident_globals" not in trident.explain(f)
+    m.SCALE = 5.0  # still guarded through the dict
+    x = h.rand(8)
+    torch.testing.assert_close(f(x), (x * 5.0 + 1).relu())
+
+
+# --- the registry: active() restores exactly what it set ----------------------------
+
+
+@pytest.fixture
+def target(monkeypatch):
+    """A module with a function and a class attribute to patch."""
+    mod = types.ModuleType("_trident_adapter_target")
+
+    class K:
+        def m(self):
+            return "orig"
+
+    class Sub(K):
+        pass
+
+    def f():
+        return "orig"
+
+    mod.K, mod.Sub, mod.f = K, Sub, f
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    return mod
+
+
+def _patched(orig):
+    return lambda *a: "patched"
+
+
+def test_active_restores_what_it_set_when_applying_fails_halfway(monkeypatch, target):
+    from trident.capture import adapters as A
+
+    def fails(orig):
+        raise RuntimeError("adapter failed")
+
+    f0, m0 = target.f, vars(target.K)["m"]
+    name = target.__name__
+    monkeypatch.setattr(A, "ADAPTERS", (
+        A.Adapter("f", name, "f", _patched),
+        A.Adapter("K.m", name, "K.m", _patched),
+        A.Adapter("Sub.m, inherited", name, "Sub.m", _patched),
+        A.Adapter("fails", name, "f", fails)))
+    with pytest.raises(RuntimeError, match="adapter failed"), A.active(A.State()):
+        pytest.fail("the capture must not run")
+    assert target.f is f0 and vars(target.K)["m"] is m0 and "m" not in vars(target.Sub)
+    assert target.Sub().m() == "orig"
+
+
+def test_active_restores_on_error_and_applies_only_what_applies(monkeypatch, target):
+    from trident.capture import adapters as A
+
+    f0, m0 = target.f, vars(target.K)["m"]
+    name = target.__name__
+    monkeypatch.setattr(A, "ADAPTERS", (
+        A.Adapter("f", name, "f", _patched),
+        A.Adapter("K.m, for torch 1.x only", name, "K.m", _patched, first="1.0", end="2.0"),
+        A.Adapter("Sub.m, where Sub defines it", name, "Sub.m", _patched, own=True),
+        A.Adapter("a missing optional module", "_trident_no_such_module", "x", _patched,
+                  optional=True)))
+    with pytest.raises(KeyError), A.active(A.State()):
+        assert target.f() == "patched" and target.K().m() == "orig"
+        assert "m" not in vars(target.Sub)
+        raise KeyError("the capture failed")
+    assert target.f is f0 and vars(target.K)["m"] is m0
+    # what someone else set meanwhile stays
+    with A.active(A.State()):
+        target.f = theirs = lambda: "theirs"
+    assert target.f is theirs
+
+
+def test_patches_act_only_for_the_capturing_thread_and_outlive_nested_captures(
+        monkeypatch, target):
+    import threading
+
+    from trident.capture import adapters as A
+
+    f0 = target.f
+    monkeypatch.setattr(A, "ADAPTERS", (A.Adapter("f", target.__name__, "f", _patched),))
+    seen = []
+    with A.active(A.State()):
+        t = threading.Thread(target=lambda: seen.append(target.f()))
+        t.start()
+        t.join()
+        with A.active(A.State()):
+            assert target.f() == "patched"
+        assert target.f() == "patched"
+    assert seen == ["orig"] and target.f is f0
+
+
+def test_every_registered_adapter_is_restored():
+    from trident.capture import adapters as A
+
+    def current():
+        out = {}
+        for a in A.ADAPTERS:
+            found = A._applies(a) and A._owner(a)
+            if found:
+                owner, attr = found
+                out[a.module, a.target] = (vars(owner).get(attr), attr in vars(owner))
+        return out
+
+    before = current()
+    assert before, "no adapter applies to this torch"
+    with A.active(A.State()):
+        during = current()
+    assert all(during[k][0] is not v[0] for k, v in before.items())
+    assert all(a.module and a.target and a.first < a.end for a in A.ADAPTERS)
+    assert current() == before
 
 
 def test_strided_buffer_standin_points_at_the_offset_element():

@@ -81,6 +81,14 @@ def test_pointer_to_non_tensor_is_an_error(rt):
         rt.launch_pack_for_test([param("ptr", 0)], [3])
 
 
+def test_a_value_the_test_frame_cannot_hold_raises(rt):
+    # the test hooks' frames take tensors, floats and ints; anything else raises (not packed)
+    with pytest.raises(TypeError):
+        rt.launch_pack_for_test([param("i32", 0)], [None])
+    with pytest.raises(OverflowError):
+        rt.launch_select_for_test([(0, 0)], lambda *a: None, [(1, 1, 1)], [[2**70]])
+
+
 # ---- selecting launches (autotuned kernels whose key changes within a version)
 
 K = {"ptr": 0, "int": 1, "double": 2}

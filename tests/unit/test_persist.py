@@ -236,6 +236,74 @@ def test_trident_cache_off_neither_reads_nor_writes(world, root):
     assert {p: p.stat().st_mtime_ns for p in (root / "persist").rglob("*")} == before
 
 
+# -- a generated module's globals under another module's name (FlagGems) -------------------------
+
+# pgen's globals take pbase's `__name__` after its functions are defined, as FlagGems' generated
+# wrappers do: Dynamo would guard SCALE as pbase.SCALE, so the capture guards pgen's globals as
+# a dict (capture/adapters.py), which a record names by the module that owns it.
+TWO_MODULES = {
+    "pbase.py": '"""The module whose name pgen takes."""\n',
+    "pgen.py": '''
+import os
+
+SCALE = float(os.environ.get("PERSIST_SCALE", "2.0"))
+
+
+def wrapper(x):
+    return x * SCALE + 1
+
+
+import pbase  # noqa: E402
+
+globals().update({k: v for k, v in vars(pbase).items() if k in ("__name__", "__spec__")})
+''',
+    "puser.py": '''
+import trident
+from pgen import wrapper
+
+
+@trident.jit
+def entry(x):
+    return wrapper(x).relu()
+''',
+    "driver.py": '''
+import json
+
+import torch
+
+import pgen
+import puser
+import trident
+
+out = {}
+for _ in range(2):
+    x = torch.randn(8)
+    torch.testing.assert_close(puser.entry(x), (x * pgen.SCALE + 1).relu())
+st = trident.stats(puser.entry)
+out = {"captures": st["captures"], "hits": sum(st["hits"]), "origins": st["origins"],
+       "explain": trident.explain(puser.entry),
+       "aliases": [k for k in list(vars(puser)) + list(vars(pgen)) if "trident_globals" in k]}
+print(json.dumps(out))
+''',
+}
+
+
+def test_a_generated_modules_globals_persist_and_stay_guarded(tmp_path):
+    w = World(tmp_path)
+    for name, text in TWO_MODULES.items():
+        (tmp_path / name if name == "driver.py" else w.src / name).write_text(text)
+    a = w.run(w.root)  # captures and persists
+    assert a["captures"] == 1 and a["origins"] == ["captured"], a
+    assert "not persisted" not in a["explain"], a["explain"]
+    assert a["aliases"] == []
+    assert len(_records(w.root)) == 1
+    b = w.run(w.root)  # a new process: the version from disk
+    assert b["captures"] == 0 and b["hits"] == 2 and b["origins"] == ["disk"], b
+    assert b["aliases"] == []
+    c = w.run(w.root, PERSIST_SCALE="3.0")  # the global its guard reads changed: a miss
+    assert c["captures"] == 1, c
+
+
 # -- in this process -----------------------------------------------------------------------------
 
 

@@ -1,9 +1,15 @@
 """What Trident teaches Dynamo while it captures: library idioms Dynamo
 refuses but whose meaning is plain.
 
-Each adapter is active only inside `active(state)` (one capture) and
-records in `state.extra_guards` what the version must check at call time,
-so nothing it assumes goes unguarded.
+Each adapter is an entry of `ADAPTERS`: the torch or Triton attribute it
+patches (module + attribute path), the versions it was written against,
+and how it makes the replacement from the original.  `active(state)` (one
+capture) sets them while any capture runs: the first capture to start
+applies those that apply, under a lock, and the last to end restores
+exactly what was set (also when applying failed halfway).  A replacement
+acts only for a thread that is capturing; other calls reach the original.
+An adapter records in `state.extra_guards` what the version must check at
+call time, so nothing it assumes goes unguarded.
 
 * **Disabled log calls.**  `logger.debug(...)` inside the function (FlagGems
   logs every operator call) makes Dynamo stop ("logging.Logger method not
@@ -44,16 +50,25 @@ so nothing it assumes goes unguarded.
   another module's, `__name__` included).  Dynamo would guard them as
   attributes of `sys.modules[__name__]`, another object; Trident guards them
   as items of the function's own globals dict (Dynamo's rule for a scope
-  with no name).
+  with no name), through an alias that lives only while the capture runs:
+  the version reads the dict as a constant, and a record names it by the
+  module that owns it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib
+import itertools
 import logging
 import math
 import sys
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+log = logging.getLogger("trident")
 
 # Known wrappers: (module, class name) -> the attribute holding the kernel.
 _WRAPPERS: dict = {("flag_gems.utils.libentry", "LibEntry"): "fn"}
@@ -138,46 +153,195 @@ class State:
     backend_calls: object = lambda: 0  # how many times the recorder ran
 
 
+# -- the registry ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """One patch of a torch or Triton internal, set only while a capture runs (`active`).
+
+    `module`.`target` (a dotted attribute path inside the module) is replaced by
+    `make(original)`, which acts only for a thread that is capturing (`_current()` is its
+    capture's `_Context`).  It applies where the installed version of `package` is in
+    [`first`, `end`) (major.minor), the versions its patch was written against; elsewhere it
+    is left out.  `own`: patch only a class that
+    defines the attribute itself (else the adapter is left out).  `optional`: a module that
+    does not import (Triton on a CPU-only install) leaves the adapter out; otherwise a
+    missing module or attribute is an error, raised before the capture runs."""
+
+    name: str
+    module: str
+    target: str
+    make: Callable
+    package: str = "torch"
+    first: str = "2.11"
+    end: str = "2.15"
+    own: bool = False
+    optional: bool = False
+
+
+class _Context:
+    """What one capture's adapters share: its State, the user's autotuners whose call Dynamo
+    is tracing, and the globals aliases it added (removed when it ends)."""
+
+    def __init__(self, state: State):
+        self.state = state
+        self.tuners: list = []
+        self.aliases: dict = {}  # id(globals) -> (scope, name, globals)
+
+
+# The patches are process-wide while any thread captures: the first capture to start applies
+# them, the last to end restores them.  Each replacement acts only for a thread that is
+# capturing (its innermost capture's _Context); any other call goes to the original.
+_LOCK = threading.Lock()
+_APPLIED: list = []  # (owner, attr, had its own value, that value, replacement), in order
+_USERS = 0
+_TLS = threading.local()
+_ALIAS_IDS = itertools.count()
+
+
+def _current():
+    """This thread's innermost capture, or None."""
+    stack = getattr(_TLS, "stack", None)
+    return stack[-1] if stack else None
+
+
+@functools.lru_cache(maxsize=None)
+def _version(package: str) -> tuple | None:
+    """(major, minor) of an installed package, or None (not installed, or no version)."""
+    try:
+        mod = importlib.import_module(package)
+    except ImportError:
+        return None
+    text = getattr(mod, "__version__", None)
+    if not isinstance(text, str):
+        return None
+    parts = []
+    for p in text.split(".")[:2]:
+        digits = "".join(itertools.takewhile(str.isdigit, p))
+        if not digits:
+            return None
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def _applies(a: Adapter) -> bool:
+    v = _version(a.package)
+    first = tuple(int(x) for x in a.first.split("."))
+    end = tuple(int(x) for x in a.end.split("."))
+    return v is not None and first <= v < end
+
+
+def _owner(a: Adapter):
+    """(object holding the attribute, attribute name), or None where the adapter is left
+    out."""
+    try:
+        obj = importlib.import_module(a.module)
+    except ImportError:
+        if a.optional:
+            return None
+        raise
+    *path, attr = a.target.split(".")
+    for part in path:
+        obj = getattr(obj, part)
+    if a.own and attr not in vars(obj):
+        return None
+    if not hasattr(obj, attr):
+        raise AttributeError(f"trident adapter {a.name!r}: {a.module}.{a.target} is missing")
+    return obj, attr
+
+
+def _only_in_capture(replacement, orig):
+    @functools.wraps(orig)
+    def patched(*args, **kwargs):
+        if _current() is None:
+            return orig(*args, **kwargs)
+        return replacement(*args, **kwargs)
+
+    return patched
+
+
+def _apply() -> None:
+    """Set every adapter that applies to the installed versions; on an error, put back what
+    was set and re-raise."""
+    try:
+        for a in ADAPTERS:
+            if not _applies(a):
+                continue
+            found = _owner(a)
+            if found is None:
+                continue
+            owner, attr = found
+            own = vars(owner)
+            had, previous = attr in own, own.get(attr)
+            orig = getattr(owner, attr)
+            replacement = _only_in_capture(a.make(orig), orig)
+            setattr(owner, attr, replacement)
+            _APPLIED.append((owner, attr, had, previous, replacement))
+    except BaseException:
+        _restore()
+        raise
+
+
+def _restore() -> None:
+    """Put back, in reverse order, exactly what _apply set.  A patch someone else replaced
+    meanwhile is left as they set it."""
+    while _APPLIED:
+        owner, attr, had, previous, replacement = _APPLIED.pop()
+        if vars(owner).get(attr) is not replacement:
+            log.debug("trident: %r.%s was replaced during a capture; left as it is", owner, attr)
+        elif had:
+            setattr(owner, attr, previous)
+        else:
+            delattr(owner, attr)
+
+
 @contextlib.contextmanager
 def active(state: State):
-    from torch._dynamo.variables import builder as B
-    from torch._dynamo.variables import misc as M
+    """The adapters, for one capture on this thread (nested captures stack).  On the way
+    out, an exception included, the globals aliases the capture added are removed and, if
+    no other capture runs, every patch is put back."""
+    global _USERS
+    with _LOCK:
+        if _USERS == 0:
+            _apply()
+        _USERS += 1
+    ctx = _Context(state)
+    stack = _TLS.__dict__.setdefault("stack", [])
+    stack.append(ctx)
+    try:
+        yield state
+    finally:
+        stack.pop()
+        for scope, name, g in ctx.aliases.values():
+            if scope.get(name) is g:
+                del scope[name]
+        with _LOCK:
+            _USERS -= 1
+            if _USERS == 0:
+                _restore()
 
-    from torch._dynamo.variables import functions as FN
 
-    orig_wrap = B.VariableBuilder._wrap
-    orig_log = M.LoggingLoggerVariable.call_method
-    hop = FN.DynamoTritonHOPifier
-    orig_call = hop.call_triton_kernel
-    orig_check_grid = hop.check_grid
+# -- the adapters ------------------------------------------------------------------------------
+# Entries that patch the same attribute chain: each wraps the one before it, so a later entry
+# sees a value first.  Their conditions are disjoint.
 
-    def check_grid(self, grid):
-        # Triton's launcher reads grid[0:3] and ignores the rest (FlagGems
-        # passes (M, n, 1, 1)); Dynamo refuses a grid of rank > 3.
-        g = orig_check_grid(self, grid)
-        if isinstance(g, tuple) and len(g) > 3:
-            g = g[:3]
-        return g
 
+def _wrap_bare_heuristics(orig):
     def _wrap(self, value):
-        attr = _wrapped_attr(value)
-        if attr is not None and self.source is not None:
-            return _wrap_kernel_entry(self, value, attr)
-        poly = _polyfill_for(value)
-        if poly is not None and self.source is not None:
-            from torch._dynamo.guards import GuardBuilder
-            from torch._dynamo.variables.user_defined import UserDefinedClassVariable
+        try:
+            from triton.runtime.autotuner import Heuristics
+        except ImportError:
+            Heuristics = ()
+        if isinstance(value, Heuristics) and self.source is not None:
+            return _wrap_kernel_entry(self, value, None)
+        return orig(self, value)
 
-            self.install_guards(GuardBuilder.ID_MATCH)  # on the real class
-            return UserDefinedClassVariable(poly)
-        if value is math.prod and self.source is not None:
-            # torch 2.11 cannot pass a generator to the builtin; the same
-            # product as Python code traces (FlagGems' generated wrappers).
-            from torch._dynamo.guards import GuardBuilder
-            from torch._dynamo.variables.functions import UserFunctionVariable
+    return _wrap
 
-            self.install_guards(GuardBuilder.ID_MATCH)
-            return UserFunctionVariable(_prod)
+
+def _wrap_elementwise_dtypes(orig):
+    def _wrap(self, value):
         if value is _elementwise_dtypes() and self.source is not None:
             # torch 2.11 puts this dtype computation in the graph and then
             # cannot index its (dtype) result; its Python body traces fine.
@@ -186,29 +350,94 @@ def active(state: State):
 
             self.install_guards(GuardBuilder.ID_MATCH)
             return LambdaVariable(_traced_elementwise_dtypes)
-        try:
-            from triton.runtime.autotuner import Heuristics
-        except ImportError:
-            Heuristics = ()
-        if isinstance(value, Heuristics) and self.source is not None:
-            return _wrap_kernel_entry(self, value, None)
-        return orig_wrap(self, value)
+        return orig(self, value)
 
-    tuners: list = []  # the user's autotuner whose call Dynamo is tracing
+    return _wrap
 
+
+def _wrap_math_prod(orig):
+    def _wrap(self, value):
+        if value is math.prod and self.source is not None:
+            # torch 2.11 cannot pass a generator to the builtin; the same
+            # product as Python code traces (FlagGems' generated wrappers).
+            from torch._dynamo.guards import GuardBuilder
+            from torch._dynamo.variables.functions import UserFunctionVariable
+
+            self.install_guards(GuardBuilder.ID_MATCH)
+            return UserFunctionVariable(_prod)
+        return orig(self, value)
+
+    return _wrap
+
+
+def _wrap_tensor_wrappers(orig):
+    def _wrap(self, value):
+        poly = _polyfill_for(value)
+        if poly is not None and self.source is not None:
+            from torch._dynamo.guards import GuardBuilder
+            from torch._dynamo.variables.user_defined import UserDefinedClassVariable
+
+            self.install_guards(GuardBuilder.ID_MATCH)  # on the real class
+            return UserDefinedClassVariable(poly)
+        return orig(self, value)
+
+    return _wrap
+
+
+def _wrap_kernel_wrappers(orig):
+    def _wrap(self, value):
+        attr = _wrapped_attr(value)
+        if attr is not None and self.source is not None:
+            return _wrap_kernel_entry(self, value, attr)
+        return orig(self, value)
+
+    return _wrap
+
+
+def _call_track_autotuner(orig):
+    def call_triton_kernel(self, variable, args, kwargs, tx):
+        k = variable.kernel
+        if _is_autotuner(k) and not hasattr(k, "_trident_orig_autotuner"):
+            _current().tuners.append(k)
+            try:
+                return orig(self, variable, args, kwargs, tx)
+            finally:
+                _current().tuners.pop()
+        return orig(self, variable, args, kwargs, tx)
+
+    return call_triton_kernel
+
+
+def _call_apply_heuristics(orig):
+    def call_triton_kernel(self, variable, args, kwargs, tx):
+        variable, kwargs = _apply_heuristics(self, variable, args, kwargs, tx)
+        return orig(self, variable, args, kwargs, tx)
+
+    return call_triton_kernel
+
+
+def _call_kernel_args(orig):
     def call_triton_kernel(self, variable, args, kwargs, tx):
         args = [_as_kernel_arg(tx, a) for a in args]
         kwargs = {k: _as_kernel_arg(tx, v) for k, v in kwargs.items()}
-        variable, kwargs = _apply_heuristics(self, variable, args, kwargs, tx)
-        k = variable.kernel
-        if _is_autotuner(k) and not hasattr(k, "_trident_orig_autotuner"):
-            tuners.append(k)
-            try:
-                return orig_call(self, variable, args, kwargs, tx)
-            finally:
-                tuners.pop()
-        return orig_call(self, variable, args, kwargs, tx)
+        return orig(self, variable, args, kwargs, tx)
 
+    return call_triton_kernel
+
+
+def _check_grid(orig):
+    def check_grid(self, grid):
+        # Triton's launcher reads grid[0:3] and ignores the rest (FlagGems
+        # passes (M, n, 1, 1)); Dynamo refuses a grid of rank > 3.
+        g = orig(self, grid)
+        if isinstance(g, tuple) and len(g) > 3:
+            g = g[:3]
+        return g
+
+    return check_grid
+
+
+def _unpack_symbolic_heuristic(orig):
     def maybe_unpack_heuristic_result(self, result):
         # A heuristic over a symbolic size (FlagGems' `M % TILE_M == 0`): its
         # value for this call becomes a constant of the version under a shape
@@ -217,29 +446,31 @@ def active(state: State):
 
         if isinstance(result, SymNodeVariable):
             return result.evaluate_expr()
-        return orig_unpack(self, result)
+        return orig(self, result)
 
+    return maybe_unpack_heuristic_result
+
+
+def _autotune(orig):
     def autotune(*a, **kw):
         # Dynamo rebuilds the user's autotuner (heuristics folded into its
         # configs, key=[]); remember which one, so the SCM can let the user's
         # own tuner choose the config per call (triton.launch.Resolver).
-        deco = orig_autotune(*a, **kw)
+        deco = orig(*a, **kw)
 
         def wrap(fn):
             tuner = deco(fn)
+            tuners = _current().tuners
             if tuners:
                 tuner._trident_orig_autotuner = tuners[-1]
             return tuner
 
         return wrap
 
-    try:
-        import triton.runtime.autotuner as TA
-    except ImportError:
-        TA = None
-    orig_autotune = TA.autotune if TA is not None else None
-    orig_unpack = hop.maybe_unpack_heuristic_result
+    return autotune
 
+
+def _quiet_log_calls(orig):
     def call_method(self, tx, name, args, kwargs):
         level = _LEVELS.get(name)
         lg = self.value
@@ -251,28 +482,29 @@ def active(state: State):
                 and not lg.isEnabledFor(level)):
             from torch._dynamo.variables import ConstantVariable
 
-            state.extra_guards.append(("logger_quiet", self.source, level))
+            _current().state.extra_guards.append(("logger_quiet", self.source, level))
             return ConstantVariable.create(None)
-        return orig_log(self, tx, name, args, kwargs)
+        return orig(self, tx, name, args, kwargs)
 
-    from torch._dynamo.output_graph import OutputGraph
+    return call_method
+
+
+def _empty_graph(orig):
     from torch._dynamo.utils import count_calls
 
-    orig_compile = OutputGraph.compile_subgraph
-
     def compile_subgraph(self, tx, *a, **kw):
+        state = _current().state
         seen = state.backend_calls()
-        out = orig_compile(self, tx, *a, **kw)
+        out = orig(self, tx, *a, **kw)
         if (state.empty_graph is not None and state.backend_calls() == seen
                 and count_calls(self.graph) == 0):
             state.empty_graph(self)
         return out
 
-    from torch._dynamo import symbolic_convert as SC
+    return compile_subgraph
 
-    inl = SC.InliningInstructionTranslator
-    orig_globals = inl.__dict__.get("get_globals_source_and_value")
 
+def _foreign_globals(orig):
     def get_globals_source_and_value(self, name):
         # Dynamo names an inlined function's globals by their `__name__`
         # and guards them as attributes of sys.modules[__name__].  FlagGems'
@@ -283,46 +515,67 @@ def active(state: State):
         # as a dict, as Dynamo does for a scope with no name.
         g = self.f_globals
         mod = sys.modules.get(g.get("__name__")) if isinstance(g.get("__name__"), str) else None
-        if mod is not None and getattr(mod, "__dict__", None) is not g:
-            from torch._dynamo.source import DictGetItemSource, GlobalSource
+        if mod is None or getattr(mod, "__dict__", None) is g:
+            return orig(self, name)
+        from torch._dynamo.source import DictGetItemSource, GlobalSource
+        from torch._dynamo.variables import builder as B
 
-            # A lasting alias in the root's globals, as Dynamo's own module
-            # aliases (`__import_*`) are: install_global_by_id's alias is
-            # removed once Dynamo's code object is collected, and the
-            # version's guards read it on every call.
-            alias = f"__trident_globals_{id(g)}"
-            scope = self.output.global_scope
-            if scope.get(alias, g) is not g:
+        # A Trident-owned alias in the root frame's globals for this capture only (removed
+        # by `active` on the way out), listed among the globals Dynamo installed: the
+        # version's guards read the dict itself as a constant (guards.translate's
+        # SourceConverter.installed), never the alias, and a record names that dict by the
+        # module that owns it (persist.consts).
+        og, ctx = self.output, _current()
+        entry = ctx.aliases.get(id(g))
+        if entry is None:
+            alias = f"___trident_globals_{id(g)}_{next(_ALIAS_IDS)}"
+            scope = og.global_scope
+            if alias in scope:
                 raise NotImplementedError(f"global alias {alias} is taken")
             scope[alias] = g
-            self.output.update_co_names(alias)
-            src = GlobalSource(alias)
-            return g, B.VariableBuilder(self, src)(g), DictGetItemSource(src, name)
-        return orig_globals(self, name)
+            entry = ctx.aliases[id(g)] = (scope, alias, g)
+        og.installed_globals.add(entry[1])  # (a restarted trace has a new OutputGraph)
+        src = GlobalSource(entry[1])
+        return g, B.VariableBuilder(self, src)(g), DictGetItemSource(src, name)
 
-    OutputGraph.compile_subgraph = compile_subgraph
-    if orig_globals is not None:
-        inl.get_globals_source_and_value = get_globals_source_and_value
-    B.VariableBuilder._wrap = _wrap
-    M.LoggingLoggerVariable.call_method = call_method
-    hop.call_triton_kernel = call_triton_kernel
-    hop.check_grid = check_grid
-    hop.maybe_unpack_heuristic_result = maybe_unpack_heuristic_result
-    if TA is not None:
-        TA.autotune = autotune
-    try:
-        yield state
-    finally:
-        if TA is not None:
-            TA.autotune = orig_autotune
-        hop.maybe_unpack_heuristic_result = orig_unpack
-        if orig_globals is not None:
-            inl.get_globals_source_and_value = orig_globals
-        OutputGraph.compile_subgraph = orig_compile
-        hop.check_grid = orig_check_grid
-        B.VariableBuilder._wrap = orig_wrap
-        M.LoggingLoggerVariable.call_method = orig_log
-        hop.call_triton_kernel = orig_call
+    return get_globals_source_and_value
+
+
+_DYNAMO = "torch._dynamo"
+_HOP = "DynamoTritonHOPifier"
+# Applied in this order (a later entry on the same attribute wraps the earlier one).
+ADAPTERS: tuple = (
+    Adapter("bare @triton.heuristics traced as its kernel", f"{_DYNAMO}.variables.builder",
+            "VariableBuilder._wrap", _wrap_bare_heuristics),
+    Adapter("elementwise_dtypes at trace time", f"{_DYNAMO}.variables.builder",
+            "VariableBuilder._wrap", _wrap_elementwise_dtypes),
+    Adapter("math.prod over a generator", f"{_DYNAMO}.variables.builder",
+            "VariableBuilder._wrap", _wrap_math_prod),
+    Adapter("tensor-like wrappers traced as a subclass", f"{_DYNAMO}.variables.builder",
+            "VariableBuilder._wrap", _wrap_tensor_wrappers),
+    Adapter("kernel-entry wrappers traced as their kernel", f"{_DYNAMO}.variables.builder",
+            "VariableBuilder._wrap", _wrap_kernel_wrappers),
+    Adapter("the user's autotuner remembered", f"{_DYNAMO}.variables.functions",
+            f"{_HOP}.call_triton_kernel", _call_track_autotuner),
+    Adapter("bare @triton.heuristics applied at the call", f"{_DYNAMO}.variables.functions",
+            f"{_HOP}.call_triton_kernel", _call_apply_heuristics),
+    Adapter("tensor-like wrappers passed as their tensor", f"{_DYNAMO}.variables.functions",
+            f"{_HOP}.call_triton_kernel", _call_kernel_args),
+    Adapter("grids longer than three", f"{_DYNAMO}.variables.functions",
+            f"{_HOP}.check_grid", _check_grid),
+    Adapter("heuristics over a symbolic size", f"{_DYNAMO}.variables.functions",
+            f"{_HOP}.maybe_unpack_heuristic_result", _unpack_symbolic_heuristic),
+    Adapter("the user's autotuner remembered (Dynamo's rebuilt one)",
+            "triton.runtime.autotuner", "autotune", _autotune,
+            package="triton", first="3.4", end="4.0", optional=True),
+    Adapter("disabled log calls dropped", f"{_DYNAMO}.variables.misc",
+            "LoggingLoggerVariable.call_method", _quiet_log_calls),
+    Adapter("a path with no tensor operation", f"{_DYNAMO}.output_graph",
+            "OutputGraph.compile_subgraph", _empty_graph),
+    Adapter("globals that are not their named module's", f"{_DYNAMO}.symbolic_convert",
+            "InliningInstructionTranslator.get_globals_source_and_value", _foreign_globals,
+            own=True),
+)
 
 
 def _prod(iterable, **kw):

@@ -49,6 +49,11 @@ from ..errors import BuildError
 
 RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
 KINDS = ("obj", "persist", "runtime", "scm")
+# The C++ runtime's files (runtime/), all hashed into its build; the first names the product.
+RUNTIME_SOURCES = (
+    "trident_rt.cpp", "trident_rt_types.cpp", "trident_rt_binder.cpp", "trident_rt_loader.cpp",
+    "trident_rt_api.cpp", "trident_rt_ops.cpp", "trident_rt_launch.cpp",
+    "trident_rt_test_hooks.cpp", "trident_rt.h", "trident_rt_py.h", "trident_rt_internal.h")
 MANIFEST = "manifest.json"
 # A temporary folder (`.<hash>-*`) older than this was left by a killed build.
 STALE_SECONDS = 3600
@@ -518,8 +523,7 @@ def runtime_module():
             return _runtime
         from torch.utils import cpp_extension
 
-        files = {n: (RUNTIME_DIR / n).read_text() for n in (
-            "trident_rt.cpp", "trident_rt_launch.cpp", "trident_rt.h", "trident_rt_internal.h")}
+        files = {n: (RUNTIME_DIR / n).read_text() for n in RUNTIME_SOURCES}
         incs = cpp_extension.include_paths()
         libdir = os.path.join(os.path.dirname(cpp_extension.__file__), "..", "lib")
         libdir = os.path.normpath(libdir)

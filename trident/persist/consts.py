@@ -3,7 +3,8 @@
 `encode` turns a pooled object into a node (a tuple whose first item says its kind); `decode`
 makes the object it stands for in this process:
 
-- by name: modules (`sys.modules`), classes, functions, builtins and other objects found at
+- by name: modules (`sys.modules`) and the globals dict of one (by the module that owns it,
+  also where its `__name__` names another), classes, functions, builtins and other objects found at
   their `__module__` and `__qualname__` (checked to be the object itself when encoded), enum
   members, torch dtypes, layouts and memory formats, method descriptors of a class, an object
   of the function's own module by its global name; the function itself, its code, its
@@ -169,6 +170,10 @@ def encode(obj, ctx: Ctx, depth: int = 0):
         name = obj.get("__name__")
         if isinstance(name, str) and getattr(sys.modules.get(name), "__dict__", None) is obj:
             return ("moddict", name)
+        if isinstance(name, str):  # a module's globals under another module's __name__
+            owner = _owning_module(obj)  # (FlagGems' generated modules; capture/adapters.py)
+            if owner is not None:
+                return ("moddict", owner)
         return ("dict", tuple((encode(k, ctx, depth + 1), encode(v, ctx, depth + 1))
                               for k, v in obj.items()))
     if t in _TORCH_ENUMS:
@@ -201,6 +206,12 @@ def encode(obj, ctx: Ctx, depth: int = 0):
             raise NoName(f"code object {obj.co_qualname} belongs to no pooled function")
         return ("code_of", encode(owner, ctx, depth + 1))
     return _named(obj, ctx, depth)
+
+
+def _owning_module(d: dict) -> str | None:
+    """The name in sys.modules of the module whose globals `d` is, or None."""
+    return next((k for k, m in list(sys.modules.items())
+                 if isinstance(k, str) and getattr(m, "__dict__", None) is d), None)
 
 
 def _named(obj, ctx: Ctx, depth: int):

@@ -4,6 +4,11 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
+#if __has_include(<ATen/core/NamedTensor.h>)  // named tensors: gone in torch 2.13
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/core/NamedTensor.h>
+#define TRT_HAS_NAMED_TENSORS 1
+#endif
 
 #include <vector>
 
@@ -28,6 +33,12 @@ struct GilRelease {
   GilRelease& operator=(const GilRelease&) = delete;
 };
 
+// ATen operator calls (trident_rt_ops.cpp): the api table's op_new, op_free and op_call.
+trt_op* op_new(const char* name, const char* overload, int32_t nargs, const trt_arg* args,
+               int32_t nouts, const int32_t* outs, int32_t flags);
+void op_free(trt_op* op);
+int op_call(trt_op* op, trt_frame* f);
+
 // Triton launches (trident_rt_launch.cpp).  Without CUDA they raise.
 trt_launch* launch_new(const trt_launch_spec* spec);
 int launch_call(trt_launch* l, trt_frame* f, int64_t gx, int64_t gy, int64_t gz);
@@ -38,7 +49,7 @@ int launch_select(trt_launch* l, trt_frame* f, const int64_t* grids, int32_t ngr
 // None-with-precondition as ("precondition",).
 PyObject* launch_select_for_test(trt_launch* l, trt_frame* f, const int64_t* grids,
                                  int32_t ngrids);
-// New reference to the Python object in a frame slot (trident_rt.cpp).
+// New reference to the Python object in a frame slot (trident_rt_api.cpp).
 PyObject* slot_to_py(trt_frame* f, int32_t slot);
 // Pack one launch's parameters without launching: for CPU tests of the
 // launch ABI.  Returns bytes (8 per passed parameter) or raises.
