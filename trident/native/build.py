@@ -579,6 +579,8 @@ class SCMBuild:
     so: Path
     objects: tuple
     compiled: tuple
+    compile_s: float = 0.0  # seconds in the version units (compiled or found in the cache)
+    link_s: float = 0.0  # seconds in the dispatcher unit and the link
 
 
 _SCM_HEADERS = ("scm_prelude.h", "scm_dispatch.h", "trident_rt.h")
@@ -639,6 +641,7 @@ def build_scm(src) -> SCMBuild:
     version), and so is runtime/scm_main.c (the entry points; once per
     cache); then the dispatcher unit, which does not include Python.h, is
     compiled and linked with them into the shared object."""
+    t0 = time.perf_counter()
     compiled = []
     objects = []
     units = [(u.name, u.text) for u in src.versions]
@@ -655,9 +658,10 @@ def build_scm(src) -> SCMBuild:
     def cmd_for(srcs: list, out: str) -> list[str]:
         return compile_and_link(srcs, out, tuple(str(o) for o in objects))
 
+    t1 = time.perf_counter()
     d = src.dispatcher
     so, fresh = _build("scm", _with_headers(d.name, d.text, ("scm_dispatch.h",)), cmd_for,
                        "linking an SCM")
     if fresh:
         compiled.append(d.name)
-    return SCMBuild(so, tuple(objects), tuple(compiled))
+    return SCMBuild(so, tuple(objects), tuple(compiled), t1 - t0, time.perf_counter() - t1)
