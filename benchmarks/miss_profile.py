@@ -207,9 +207,11 @@ def main():
 
     if not a.warm_caches:
         tmp = Path(tempfile.mkdtemp(prefix="trident_miss_profile_"))
-        default_runtime = Path.home() / ".cache" / "trident" / "runtime"
-        if not os.environ.get("TRIDENT_CACHE_DIR") and default_runtime.is_dir():
-            (tmp / "runtime").symlink_to(default_runtime)
+        # the runtime (built once per torch and Trident) comes from the configured cache
+        runtime = Path(os.environ.get("TRIDENT_CACHE_DIR")
+                       or Path.home() / ".cache" / "trident") / "runtime"
+        if runtime.is_dir():
+            (tmp / "runtime").symlink_to(runtime.resolve())
         os.environ["TRIDENT_CACHE_DIR"] = str(tmp)
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp / "inductor")
     import torch
