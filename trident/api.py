@@ -91,6 +91,9 @@ def stats(f):
             # per version: seconds of its miss in capture (Dynamo and the capturing
             # run), guards_ir (guards, host IR, Triton kernel lookup), build (C, load)
             "compile_seconds": [dict(t) for t in scm.stats.compile_seconds],
+            # per miss that installed a version: seconds in capture (Dynamo and the capturing
+            # run), guards, lower, codegen, compile (C units), link, load, persist
+            "miss_phases": [dict(t) for t in scm.stats.miss_phases],
             # per version, with TRIDENT_PROFILE=1: mean us in guards / program per hit,
             # misses and mean us of guards on a miss (None without profiling)
             "profile": introspect.profile(scm),

@@ -53,6 +53,10 @@ class Stats:
     compiled_units: list = field(default_factory=list)  # C units compiled, over all builds
     # per installed version, in dispatch order: seconds its miss spent in each stage
     compile_seconds: list = field(default_factory=list)
+    # per miss that installed a version (captured or eager), in order: seconds in each
+    # finer phase (see SCM._phase): capture, guards, lower, codegen, compile, link, load,
+    # persist.  Timed with perf_counter around stages the miss runs anyway: no hit cost.
+    miss_phases: list = field(default_factory=list)
 
 
 class SCM:
@@ -78,6 +82,7 @@ class SCM:
         self.rt = build.runtime_module()
         self._tls = threading.local()
         self._hit_base: list[int] = []  # hits of versions counted by earlier SCMs
+        self._phases: dict = {}  # the current miss's phase times (Stats.miss_phases)
         self.function = self.rt.Function(fn, self._miss_entry)
         # The globals dict the versions' global guards read: the function's own, or, where
         # Dynamo traces it through a wrap_inline frame (a torch decorator's wrapper), that
@@ -171,6 +176,7 @@ class SCM:
             self.static_after = len(self.versions)
             cap = cap.with_note("later misses capture with static shapes at once")
         t1 = time.perf_counter()
+        self._phases = {"capture": t1 - t0}
         try:
             version = self._make_version(cap, reason)
             t2 = time.perf_counter()
@@ -178,6 +184,8 @@ class SCM:
             t3 = time.perf_counter()
             self.stats.compile_seconds.append(
                 {"capture": t1 - t0, "guards_ir": t2 - t1, "build": t3 - t2})
+            self.stats.miss_phases.append(self._phases)
+            self._phases = {}
         except _FunctionWide as e:
             return self._fall_back(str(e), None, None, result=cap.result)
         except UnsupportedError as e:
@@ -222,8 +230,10 @@ class SCM:
 
     def _make_version(self, cap, reason: str) -> ir.Version:
         self._use_scope(getattr(cap, "global_scope", None))
+        t0 = time.perf_counter()
         consts = ConstPool()
         guards = translate(cap.guard_entries, cap, self.fn, consts, self.rt)
+        t1 = time.perf_counter()
         conv = SourceConverter(self.fn, consts, cap.installed_globals)
         program, output, nslots = lower(cap, conv, consts, self.rt, guards)
         v = ir.Version(index=len(self.versions), guards=guards, program=program,
@@ -231,23 +241,35 @@ class SCM:
                        reason=reason, notes=tuple(cap.notes),
                        run_mode=getattr(cap, "run_mode", 0))
         v = passes.run(v)  # the decisions between lowering and codegen (ir/passes)
+        self._phase("guards", t1 - t0)
+        self._phase("lower", time.perf_counter() - t1)  # lowering and the passes
         introspect.dump_version(self.fn.__qualname__, v, cap)
         return v
+
+    def _phase(self, name: str, seconds: float) -> None:
+        """Add `seconds` to phase `name` of the current miss (Stats.miss_phases)."""
+        self._phases[name] = self._phases.get(name, 0.0) + seconds
 
     def _install(self, versions: list) -> None:
         # A version's unit depends on that version alone: reuse the text of
         # those already installed, generate only the new one.
+        t0 = time.perf_counter()
         old_units = {id(v): u for v, u in zip(self.versions, self._units)}
         units = [old_units.get(id(v)) or cgen.generate_version(v, config.profile())
                  for v in versions]
         src = cgen.SCMSource(tuple(units), cgen.generate_dispatcher(versions))
         consts = cgen.consts_tuple(self.globals, _builtins_of(self.globals), versions)
+        self._phase("codegen", time.perf_counter() - t0)
         for attempt in (0, 1):
             built = build.build_scm(src)
+            self._phase("compile", built.compile_s)
+            self._phase("link", built.link_s)
             self.stats.compiled_units += built.compiled
             so = built.so
+            t0 = time.perf_counter()
             try:
                 module = self.rt.load_scm(str(so), consts)
+                self._phase("load", time.perf_counter() - t0)
                 break
             except ImportError:
                 # Another process of this user evicted or replaced the build between its
@@ -270,7 +292,9 @@ class SCM:
         self.stats.build_paths.append(str(so))
         if config.dump_dir() is not None:
             introspect.dump_text(f"{self.fn.__qualname__}.scm.c", self.c_source)
+        t0 = time.perf_counter()
         persist.save(self)  # what a new process needs to serve these versions (never raises)
+        self._phase("persist", time.perf_counter() - t0)
 
     @property
     def c_source(self) -> str | None:
@@ -302,9 +326,12 @@ class SCM:
                                                why=why, reason=reason))
             introspect.dump_version(self.fn.__qualname__, v, None)
             t2 = time.perf_counter()
+            self._phases = {"capture": t_capture, "guards": t2 - t1}
             self._install(self.versions + [v])
             self.stats.compile_seconds.append({"capture": t_capture, "guards_ir": t2 - t1,
                                                "build": time.perf_counter() - t2})
+            self.stats.miss_phases.append(self._phases)
+            self._phases = {}
             self._eager_keys.add(key)
         except _FunctionWide as e:
             self._fall_back(str(e), None, None, stacklevel=6)

@@ -29,6 +29,7 @@ import functools
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import secrets
 import shlex
@@ -47,6 +48,7 @@ from pathlib import Path
 from .. import config
 from ..errors import BuildError
 
+_log = logging.getLogger("trident")
 RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
 KINDS = ("obj", "persist", "runtime", "scm")
 # The C++ runtime's files (runtime/), all hashed into its build; the first names the product.
@@ -71,6 +73,10 @@ _warned: set[Path] = set()
 # Root -> its total size in bytes as of its last scan, plus what this process built since.
 _sizes: dict[Path, int] = {}
 _state = threading.RLock()
+# (kind, files, command template) -> the build's hash: a rebuild asks for every version's
+# object, and hashing each unit again with its headers (43 KB) cost 0.1 ms a version.  The
+# texts are the SCMs' own strings, whose hashes Python keeps.
+_tags: dict = {}
 
 
 @functools.lru_cache(maxsize=None)
@@ -167,7 +173,17 @@ def _problem(out_dir: Path, product: Path) -> str | None:
     """Why `product` in the build folder `out_dir` must not be used, or None: it must be a
     regular file of ours, in a folder of ours, whose size and SHA-256 are the ones its
     manifest (also ours) records.  A product unchanged (same inode, size, mtime and ctime)
-    since it last matched in this process is not hashed again."""
+    since it last matched in this process is not hashed again, nor is its manifest read again
+    (two `lstat`s: a rebuild after a miss checks every version's object)."""
+    known = _verified.get(product)
+    if known is not None:
+        with contextlib.suppress(OSError):
+            st = os.lstat(out_dir)
+            if stat.S_ISDIR(st.st_mode) and _not_ours(out_dir, st) is None:
+                st = os.lstat(product)
+                if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and known[:5] == (
+                        st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns):
+                    return None
     try:
         st = os.lstat(out_dir)
         if not stat.S_ISDIR(st.st_mode):
@@ -263,7 +279,7 @@ def discard_scm(so) -> None:
 def store(kind: str, name: str, product: str, data: bytes) -> Path:
     """Write `data` as the product `product` of the new folder `<cache>/<kind>/<name>/`, as a
     build is written: in a private folder (0700) of the kind folder, product and manifest
-    fsynced, then renamed into place, so no process sees it half written.  Returns the folder;
+    written (`_seal`), then renamed into place, so no process sees it half written.  Returns the folder;
     FileExistsError if `name` is taken."""
     kind_dir = cache_root() / kind
     _make_dir(kind_dir)
@@ -287,7 +303,6 @@ def store(kind: str, name: str, product: str, data: bytes) -> Path:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _fsync_dir(kind_dir)
     _verified[out / product] = key
     _grew(kind_dir.parent, out)
     return out
@@ -333,17 +348,28 @@ def _warn_rebuilt(out_dir: Path, why: str) -> None:
 # -- building ---------------------------------------------------------------------------------
 
 
-def _build(kind: str, files: dict, cmd_for, what: str, suffix: str = ".so") -> tuple[Path, bool]:
+def _build(kind: str, files: dict, cmd_for, what: str, suffix: str = ".so",
+           speedup=None) -> tuple[Path, bool]:
     """Build `files` ({name: text}; the first is compiled with the others
     beside it) unless a build with the same hash exists.  Returns the
     product (named after the first file, with `suffix`), verified as
     `_problem` says, and whether this call compiled it.  A cached build that
-    fails verification is moved aside and built again, with one warning."""
+    fails verification is moved aside and built again, with one warning.
+
+    `speedup`, if given, is called only when this call compiles: it returns extra compiler
+    arguments that make the same product faster (a precompiled header), which the hash does
+    not cover; a compile that fails with them runs again without them."""
     import torch
 
     source_name = next(iter(files))
-    tag = _digest(*files.values(), " ".join(cmd_for(["SRC"], "OUT")), sys.version,
-                  torch.__version__)
+    template = " ".join(cmd_for(["SRC"], "OUT"))
+    memo = (kind, tuple(files.items()), template)
+    tag = _tags.get(memo)
+    if tag is None:
+        tag = _digest(*files.values(), template, sys.version, torch.__version__)
+        if len(_tags) >= 4096:
+            _tags.clear()
+        _tags[memo] = tag
     kind_dir = cache_root() / kind
     out_dir = kind_dir / tag
     product = out_dir / (Path(source_name).stem + suffix)
@@ -358,7 +384,7 @@ def _build(kind: str, files: dict, cmd_for, what: str, suffix: str = ".so") -> t
             _warn_rebuilt(out_dir, why)
             _discard(out_dir)
         _make_dir(kind_dir)
-        tmp, key = _compile(kind_dir, tag, files, cmd_for, what, product.name)
+        tmp, key = _compile(kind_dir, tag, files, cmd_for, what, product.name, speedup)
         try:
             # Build in a private folder, then rename: concurrent processes never see (or
             # load) a half-written product.
@@ -366,31 +392,35 @@ def _build(kind: str, files: dict, cmd_for, what: str, suffix: str = ".so") -> t
         except OSError:  # another process (or thread) renamed its build there first
             shutil.rmtree(tmp, ignore_errors=True)
             continue  # use the winner's build if it verifies
-        _fsync_dir(kind_dir)
         _verified[product] = key
         _grew(kind_dir.parent, out_dir)
         return product, True
     # Three builds lost the race to builds that failed verification: use a fresh one from
     # its private folder (a stale `.`-folder, removed an hour from now).
-    tmp, key = _compile(kind_dir, tag, files, cmd_for, what, product.name)
+    tmp, key = _compile(kind_dir, tag, files, cmd_for, what, product.name, speedup)
     _verified[tmp / product.name] = key
     return tmp / product.name, True
 
 
 def _compile(kind_dir: Path, tag: str, files: dict, cmd_for, what: str,
-             name: str) -> tuple[Path, tuple]:
+             name: str, speedup=None) -> tuple[Path, tuple]:
     """Compile in a new private folder `.<tag>-*` of `kind_dir`; write the product's manifest
-    there; fsync both.  Returns the folder and the product's `_verified` key."""
+    there.  Returns the folder and the product's `_verified` key."""
     _remove_stale(kind_dir)
     tmp = Path(tempfile.mkdtemp(prefix=f".{tag}-", dir=kind_dir))
     for n, text in files.items():
         (tmp / n).write_text(text)
     cmd = cmd_for([str(tmp / n) for n in files if n.endswith((".c", ".cpp"))], str(tmp / name))
-    (tmp / "cmd.txt").write_text(shlex.join(cmd) + "\n")
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, check=False)
-    except OSError as e:  # no such compiler
-        raise BuildError(what, cmd, f"{type(e).__name__}: {e}") from e
+    extra = speedup() if speedup is not None else []
+    for attempt in ([cmd[0], *extra, *cmd[1:]], cmd) if extra else (cmd,):
+        (tmp / "cmd.txt").write_text(shlex.join(attempt) + "\n")
+        try:
+            proc = subprocess.run(attempt, capture_output=True, text=True, cwd=tmp, check=False)
+        except OSError as e:  # no such compiler
+            raise BuildError(what, attempt, f"{type(e).__name__}: {e}") from e
+        if proc.returncode == 0:
+            break
+    cmd = attempt
     log = proc.stdout + proc.stderr
     (tmp / "build.log").write_text(log)
     if proc.returncode != 0:
@@ -403,10 +433,14 @@ def _compile(kind_dir: Path, tag: str, files: dict, cmd_for, what: str,
 
 
 def _seal(tmp: Path, fd: int, name: str) -> tuple:
-    """fsync the product `name` (open as `fd`, which this closes), write its manifest beside it
-    (a temporary name, fsync, rename) and fsync the folder.  Returns its `_verified` key."""
+    """Hash the product `name` (open as `fd`, which this closes) and write its manifest beside
+    it (a temporary name, then renamed).  Returns its `_verified` key.
+
+    Nothing is fsynced: the folder is renamed into place only once both are written, so no
+    process sees a half-written build, and what a crash of the machine could leave (an empty
+    or partly written product or manifest in a folder already renamed) fails verification and
+    is built again.  Four fsyncs per product cost 3-30 ms each on a busy disk, 12 per miss."""
     try:
-        os.fsync(fd)
         st = os.fstat(fd)
         sha = _sha256(fd)
     finally:
@@ -415,23 +449,23 @@ def _seal(tmp: Path, fd: int, name: str) -> tuple:
     part = tmp / f".{MANIFEST}.part"
     with open(part, "w") as f:
         f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
     os.rename(part, tmp / MANIFEST)
-    _fsync_dir(tmp)
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, sha)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+# Manifest -> when this process last touched it.
+_touched: dict[Path, float] = {}
+# A use touches a manifest at most this often (a rebuild uses every version's object).
+TOUCH_SECONDS = 60.0
 
 
 def _touch(path: Path) -> None:
-    """Mark a build as used now (eviction removes the least recently used first)."""
+    """Mark a build as used now (eviction removes the least recently used first); at most
+    once a minute per build and process."""
+    now = time.monotonic()
+    if now - _touched.get(path, -TOUCH_SECONDS) < TOUCH_SECONDS:
+        return
+    _touched[path] = now
     with contextlib.suppress(OSError):
         os.utime(path)
 
@@ -583,6 +617,8 @@ class SCMBuild:
     so: Path
     objects: tuple
     compiled: tuple
+    compile_s: float = 0.0  # seconds in the version units (compiled or found in the cache)
+    link_s: float = 0.0  # seconds in the dispatcher unit and the link
 
 
 _SCM_HEADERS = ("scm_prelude.h", "scm_dispatch.h", "trident_rt.h")
@@ -603,6 +639,71 @@ LARGE_UNIT_CHARS = 150_000
 
 def version_opt(text: str) -> str:
     return VERSION_OPT if len(text) <= LARGE_UNIT_CHARS else "-O0"
+
+
+# -- the precompiled prelude -----------------------------------------------------------------
+#
+# A version unit's compile spends about half its time (40 of 90 ms on the 2-core machine)
+# reading scm_prelude.h, which includes Python.h: 19,000 lines before the unit's own.  With
+# gcc, the prelude is precompiled once per cache (`obj/<hash>/scm_prelude.h.gch`, about
+# 12 MB, verified like any product) and each unit compiled at VERSION_OPT is given
+# `-include <that folder>/scm_prelude.h`, so gcc loads the .gch in place of the text (the
+# unit's own `#include "scm_prelude.h"` is then skipped by its include guard).  The object is
+# the same, so the unit's hash does not cover the flag: a unit compiled with or without the
+# .gch has one cache entry.  gcc ignores a .gch that does not fit the command and reads the
+# header beside it; a compile that fails with the flag (the folder evicted meanwhile) runs
+# again without it.  Other compilers, and a cache limited under PCH_MIN_CACHE_MB, compile
+# without it.
+
+_pch_state: dict = {}
+# A cache limited to less (TRIDENT_CACHE_MAX_MB) compiles without the 12 MB .gch.
+PCH_MIN_CACHE_MB = 64
+
+
+@functools.lru_cache(maxsize=None)
+def _gcc_version(cc: str) -> str | None:
+    """`__VERSION__` of `cc` if it is gcc (not clang, which reads another PCH format)."""
+    try:
+        out = subprocess.run([cc, "-dM", "-E", "-x", "c", os.devnull], capture_output=True,
+                             text=True, check=False, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if "__clang__" in out or "__GNUC__" not in out:
+        return None
+    return next((ln for ln in out.splitlines() if ln.startswith("#define __VERSION__")), "gcc")
+
+
+def _prelude_pch(opt: str) -> list[str]:
+    """The arguments that make a version unit compiled at `opt` use the precompiled prelude
+    (building it once per cache), or [] where there is none: not gcc, or its build failed
+    (then not tried again in this process)."""
+    cc = config.c_compiler()
+    limit = config.cache_max_mb()
+    small = 0 < limit < PCH_MIN_CACHE_MB  # the .gch would take much of it
+    key = (cc, opt, cache_root(), small)
+    with _state:
+        if key in _pch_state:
+            return _pch_state[key]
+    version = _gcc_version(cc) if opt == VERSION_OPT and not small else None
+    args: list[str] = []
+    if version is not None:
+        unit_cmd = _scm_cmd("-x", "c-header", opt=opt)
+
+        def cmd_for(srcs: list, out: str) -> list[str]:
+            return unit_cmd([out.removesuffix(".gch")], out)
+
+        files = _with_headers("scm_prelude.h", _header("scm_prelude.h"),
+                              ("scm_dispatch.h", "trident_rt.h"))
+        files["compiler.txt"] = version + "\n"  # a new gcc reads no older .gch: a new hash
+        try:
+            gch, _ = _build("obj", files, cmd_for, "precompiling scm_prelude.h",
+                            suffix=".h.gch")
+            args = ["-include", str(gch.with_suffix(""))]
+        except BuildError as e:
+            _log.warning("trident: %s; version units are compiled without it", e)
+    with _state:
+        _pch_state[key] = args
+    return args
 
 
 def _scm_cmd(*head: str, opt: str = "-O2"):
@@ -635,6 +736,32 @@ def _header(name: str) -> str:
     return (RUNTIME_DIR / name).read_text()
 
 
+# A rebuild links every version's object into the new SCM, so the link grew with the versions
+# (0.12-0.19 s for 156 objects on the busy 2-core machine).  The objects of each full block
+# of LINK_BLOCK versions are first combined into one relocatable object (`cc -r`: hidden
+# symbols stay hidden), built once and cached by the list of its members (their folders are
+# content hashes), so a link reads at most N / LINK_BLOCK + LINK_BLOCK + 1 objects.
+LINK_BLOCK = 32
+
+
+def _link_inputs(objects: list) -> list:
+    """What the link reads for `objects` (the versions' objects, then scm_main.o): each full
+    block of LINK_BLOCK versions as one combined object, the rest as they are."""
+    versions, tail = objects[:-1], objects[-1:]
+    full = len(versions) // LINK_BLOCK * LINK_BLOCK
+    out = []
+    for b in range(0, full, LINK_BLOCK):
+        members = [str(o) for o in versions[b:b + LINK_BLOCK]]
+
+        def cmd_for(srcs: list, out_path: str, members=members) -> list[str]:
+            return [config.c_compiler(), "-r", "-nostdlib", *members, "-o", out_path]
+
+        block, _ = _build("obj", {"block.txt": "\n".join(members) + "\n"}, cmd_for,
+                          "combining the objects of an SCM's versions", suffix=".o")
+        out.append(block)
+    return out + list(versions[full:]) + list(tail)
+
+
 def build_scm(src) -> SCMBuild:
     """Build one generated SCM (plain C; a `codegen.c.SCMSource`).
 
@@ -643,6 +770,7 @@ def build_scm(src) -> SCMBuild:
     version), and so is runtime/scm_main.c (the entry points; once per
     cache); then the dispatcher unit, which does not include Python.h, is
     compiled and linked with them into the shared object."""
+    t0 = time.perf_counter()
     compiled = []
     objects = []
     units = [(u.name, u.text) for u in src.versions]
@@ -650,18 +778,21 @@ def build_scm(src) -> SCMBuild:
     for name, text in units:
         opt = "-O2" if name == "scm_main.c" else version_opt(text)
         obj, fresh = _build("obj", _with_headers(name, text), _scm_cmd("-c", opt=opt),
-                            f"compiling {name} of an SCM", suffix=".o")
+                            f"compiling {name} of an SCM", suffix=".o",
+                            speedup=functools.partial(_prelude_pch, opt))
         objects.append(obj)
         if fresh:
             compiled.append(name)
     compile_and_link = _scm_cmd("-shared")
+    inputs = tuple(str(o) for o in _link_inputs(objects))
 
     def cmd_for(srcs: list, out: str) -> list[str]:
-        return compile_and_link(srcs, out, tuple(str(o) for o in objects))
+        return compile_and_link(srcs, out, inputs)
 
+    t1 = time.perf_counter()
     d = src.dispatcher
     so, fresh = _build("scm", _with_headers(d.name, d.text, ("scm_dispatch.h",)), cmd_for,
                        "linking an SCM")
     if fresh:
         compiled.append(d.name)
-    return SCMBuild(so, tuple(objects), tuple(compiled))
+    return SCMBuild(so, tuple(objects), tuple(compiled), t1 - t0, time.perf_counter() - t1)

@@ -1,0 +1,297 @@
+"""Where a specialization miss spends its time, next to torch.compile's recompile.
+
+    python benchmarks/miss_profile.py [--device cpu|cuda] [--flaggems] [--grow N] [--out FILE]
+
+For each function below, called with a sequence of shapes, the run times every call that
+misses (Trident) or recompiles (torch.compile), interleaved shape by shape in one process:
+
+- Trident: the miss's wall time and its phases from `trident.stats(f)["miss_phases"]`:
+  capture (Dynamo's trace and the capturing run, which is the call's first run), guards
+  (Dynamo's guards translated), lower (host IR), codegen (C text), compile (the version's
+  C unit; the other versions' objects come from the build cache), link (dispatcher unit and
+  link of the SCM), load (dlopen and init), persist (the record a later process reads);
+- torch.compile(backend="inductor") and torch.compile(backend="eager") of the same function
+  (a separate code object, same `dynamic`), the call with the same new shape.
+
+Functions (CPU; `--device cuda` runs the same on the GPU):
+- `pointwise`: `(x * 2 + y).relu() - 1`, dynamic=False: every shape is a new version;
+- `scan`: `torch.cumsum(x, -1) * 0.5`, dynamic=None (torch.compile's automatic dynamic): the
+  first shape is a static version, the second one a dynamic version, later 2-D shapes hit it,
+  a 3-D shape is a new dynamic version;
+- `scan_dyn`: the same with dynamic=True (every version dynamic: new ndim / dtype);
+- `norm`: a layer norm written with eight operators, dynamic=False;
+- with Triton (`--device cuda`): `silu` (trident/examples/triton_kernels.py, a Triton
+  launch); with `--flaggems`: FlagGems' `add` and `cumsum` (flag_gems.ops.<op>.<op>),
+  torch.compile of the torch operator for the same shapes.
+- `--grow N`: the pointwise function with N shapes, so that later misses rebuild an SCM of
+  many versions: the phases of the first and last five misses.
+
+The first call of the process pays Dynamo's and the runtime's imports: it is a warm-up on
+another function, not counted.  Trident and Inductor build in fresh temporary caches (both
+compile a new shape's code cold).  The report, with date, commit and machine, goes to
+benchmarks/results/latest/miss_profile.md unless --out says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))
+import report_info  # noqa: E402
+
+PHASES = ("capture", "guards", "lower", "codegen", "compile", "link", "load", "persist")
+
+SOURCES = {
+    "pointwise": "def f(x, y):\n    return (x * 2 + y).relu() - 1\n",
+    "scan": "def f(x):\n    return torch.cumsum(x, -1) * 0.5\n",
+    "norm": ("def f(x, w, b):\n"
+             "    m = x.mean(-1, keepdim=True)\n"
+             "    d = x - m\n"
+             "    v = (d * d).mean(-1, keepdim=True)\n"
+             "    return d * torch.rsqrt(v + 1e-5) * w + b\n"),
+}
+
+
+def make(name: str):
+    """A fresh function object with its own code object (Dynamo caches per code object)."""
+    import torch
+
+    ns = {"torch": torch}
+    exec(compile(SOURCES[name], f"<miss_profile {name}>", "exec"), ns)
+    return ns["f"]
+
+
+def cases(a, torch):
+    dev = a.device
+    r = lambda *s, dt=torch.float32: torch.randn(*s, device=dev, dtype=dt)  # noqa: E731
+    out = [
+        ("pointwise", make, False, [(r(n), r(n)) for n in (1000, 1500, 2000, 2500, 3000)]),
+        ("scan", make, None, [(r(4, 500),), (r(4, 700),), (r(8, 900),), (r(2, 3, 400),)]),
+        ("scan_dyn", lambda _: make("scan"), True,
+         [(r(4, 500),), (r(2, 3, 400),), (r(4, 500, dt=torch.float64),)]),
+        ("norm", make, False, [(r(8, n), r(n), r(n)) for n in (256, 384, 512, 640)]),
+    ]
+    if dev == "cuda":
+        try:
+            from trident.examples import triton_kernels as tk
+        except ImportError:
+            tk = None
+        if tk is not None:
+            def silu(x):
+                return tk.silu(x)
+            out.append(("triton_silu", lambda _: _fresh(silu), None,
+                        [(r(n, 4096, dt=torch.bfloat16),) for n in (1, 16, 64, 256)]))
+    if a.flaggems:
+        try:
+            import flag_gems  # noqa: F401
+        except ImportError:
+            print("flag_gems is not importable: --flaggems skipped", flush=True)
+        else:
+            rows_h = [(t, 4096) for t in (1, 16, 64, 256)]
+            vocab = [(1, 2048), (1, 32000), (4, 32000), (16, 32000), (64, 32000)]
+            fg_add = importlib.import_module("flag_gems.ops.add").add
+            fg_cumsum = importlib.import_module("flag_gems.ops.cumsum").cumsum
+            out.append(("flaggems_add", _pair(fg_add, torch.add), None,
+                        [(r(*s, dt=torch.bfloat16), r(*s, dt=torch.bfloat16))
+                         for s in rows_h]))
+            out.append(("flaggems_cumsum", _pair(lambda x: fg_cumsum(x, -1),
+                                                 lambda x: torch.cumsum(x, -1)), None,
+                        [(r(*s),) for s in vocab]))
+    return out
+
+
+def _fresh(fn):
+    """A copy of `fn` with its own code object."""
+    import types
+
+    return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__,
+                              fn.__defaults__, fn.__closure__)
+
+
+def _pair(trident_fn, torch_fn):
+    """Trident gets the FlagGems function; torch.compile the torch operator of the same name."""
+    def mk(mode):
+        if mode == "trident":
+            def f(*args):
+                return trident_fn(*args)
+        else:
+            def f(*args):
+                return torch_fn(*args)
+        return _fresh(f)
+    return mk
+
+
+def sync(torch, dev):
+    if dev == "cuda":
+        torch.cuda.synchronize()
+
+
+def run_case(a, torch, trident, name, maker, dynamic, inputs):
+    """Per shape: Trident's miss (wall, phases) and torch.compile's recompile, interleaved."""
+    from torch._dynamo.utils import counters
+
+    base = name.split("_dyn")[0]
+    tf = trident.jit(maker(base) if maker is make else maker("trident"), dynamic=dynamic,
+                     max_versions=64)
+    compiled = {b: torch.compile(maker(base) if maker is make else maker(b), backend=b,
+                                 dynamic=dynamic) for b in ("inductor", "eager")}
+    rows = []
+    for k, args in enumerate(inputs):
+        shape = "x".join(map(str, args[0].shape)) + ("" if args[0].dtype == inputs[0][0].dtype
+                                                     else f" {str(args[0].dtype)[6:]}")
+        row = {"shape": shape}
+        misses = trident.stats(tf)["misses"]
+        sync(torch, a.device)
+        t = time.perf_counter()
+        tf(*args)
+        sync(torch, a.device)
+        row["trident"] = time.perf_counter() - t
+        st = trident.stats(tf)
+        row["miss"] = st["misses"] > misses
+        if row["miss"] and st["miss_phases"]:
+            row["phases"] = st["miss_phases"][-1]
+        for b, cf in compiled.items():
+            frames = counters["frames"]["ok"] + counters["frames"]["total"]
+            sync(torch, a.device)
+            t = time.perf_counter()
+            cf(*args)
+            sync(torch, a.device)
+            row[b] = time.perf_counter() - t
+            row[b + "_recompiled"] = counters["frames"]["ok"] + counters["frames"]["total"] \
+                > frames
+        rows.append(row)
+        print(f"{name} {shape}: trident {row['trident']:.3f} s"
+              f"{'' if row['miss'] else ' (hit)'}, inductor {row['inductor']:.3f} s, "
+              f"eager backend {row['eager']:.3f} s", flush=True)
+    return rows
+
+
+def grow(a, torch, trident, n):
+    f = trident.jit(make("pointwise"), dynamic=False, max_versions=n + 1)
+    for k in range(n):
+        x = torch.randn(k + 1, device=a.device)
+        f(x, x)
+        if (k + 1) % 50 == 0:
+            print(f"grow: {k + 1} versions", flush=True)
+    return trident.stats(f)["miss_phases"]
+
+
+def fmt_phases(p: dict) -> str:
+    return " | ".join(f"{1e3 * p.get(k, 0.0):.0f}" for k in PHASES)
+
+
+def median_phases(ps: list) -> dict:
+    return {k: statistics.median(p.get(k, 0.0) for p in ps) for k in PHASES}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    ap.add_argument("--flaggems", action="store_true", help="also FlagGems' add and cumsum")
+    ap.add_argument("--grow", type=int, default=100,
+                    help="versions of the growth run (0: none)")
+    ap.add_argument("--warm-caches", action="store_true",
+                    help="use the default Trident and Inductor caches instead of fresh ones")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+
+    if not a.warm_caches:
+        tmp = Path(tempfile.mkdtemp(prefix="trident_miss_profile_"))
+        # the runtime (built once per torch and Trident) comes from the configured cache
+        runtime = Path(os.environ.get("TRIDENT_CACHE_DIR")
+                       or Path.home() / ".cache" / "trident") / "runtime"
+        if runtime.is_dir():
+            (tmp / "runtime").symlink_to(runtime.resolve())
+        os.environ["TRIDENT_CACHE_DIR"] = str(tmp)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp / "inductor")
+    import torch
+
+    import trident
+
+    torch.set_num_threads(1 if a.device == "cpu" else torch.get_num_threads())
+    loads = [_load_average()]
+    t = time.perf_counter()
+    warm = trident.jit(lambda x: x + 1)  # imports Dynamo, builds or loads the runtime
+    warm(torch.ones(3, device=a.device))
+    torch.compile(lambda x: x - 1)(torch.ones(3, device=a.device))
+    warm_s = time.perf_counter() - t
+
+    results = {}
+    for name, maker, dynamic, inputs in cases(a, torch):
+        results[name] = (dynamic, run_case(a, torch, trident, name, maker, dynamic, inputs))
+    grown = grow(a, torch, trident, a.grow) if a.grow else []
+    loads.append(_load_average())
+
+    lines = [
+        f"# Specialization miss vs torch.compile recompile ({a.device})", "",
+        f"- date: {datetime.date.today()}",
+        f"- commit: {report_info.commit()}",
+        f"- machine: {report_info.machine(torch, threads=True)}",
+        f"- load average before / after: {loads[0]} / {loads[1]}",
+        f"- command: `python benchmarks/miss_profile.py {' '.join(sys.argv[1:])}`".rstrip(),
+        f"- caches: {'the default ones' if a.warm_caches else 'fresh temporary Trident and Inductor caches'}",
+        f"- warm-up (imports, runtime, first Dynamo and Inductor use; not counted): {warm_s:.2f} s",
+        "",
+        "Seconds per call with a new shape (a miss / recompile); `hit` where the call did not miss.",
+        "Trident's phases in ms: " + ", ".join(PHASES) + ".", ""]
+    later_ok = []
+    for name, (dynamic, rows) in results.items():
+        lines += [f"## {name} (dynamic={dynamic})", "",
+                  "| shape | Trident s | inductor s | eager backend s | "
+                  + " | ".join(PHASES) + " |",
+                  "|---|---:|---:|---:|" + "---:|" * len(PHASES)]
+        for k, r in enumerate(rows):
+            tr = f"{r['trident']:.3f}" + ("" if r["miss"] else " hit")
+            ind = f"{r['inductor']:.3f}" + ("" if r["inductor_recompiled"] else " hit")
+            eag = f"{r['eager']:.3f}" + ("" if r["eager_recompiled"] else " hit")
+            ph = fmt_phases(r["phases"]) if "phases" in r else " | ".join("" for _ in PHASES)
+            lines.append(f"| {r['shape']} | {tr} | {ind} | {eag} | {ph} |")
+            if k and r["miss"] and r["inductor_recompiled"]:
+                later_ok.append((name, r["shape"], r["trident"], r["inductor"]))
+        lines.append("")
+    if later_ok:
+        faster = sum(1 for *_, t, i in later_ok if t <= i)
+        lines += [f"Later-shape misses (not a function's first call) that recompiled in both: "
+                  f"Trident <= inductor in {faster} of {len(later_ok)}; median Trident "
+                  f"{statistics.median(t for *_, t, _ in later_ok):.3f} s, inductor "
+                  f"{statistics.median(i for *_, i in later_ok):.3f} s.", ""]
+    if grown:
+        n = len(grown)
+        first, last = grown[1:6], grown[-5:]
+        lines += [f"## growth: pointwise, dynamic=False, {n} versions", "",
+                  "Median ms per phase over 5 misses.", "",
+                  "| misses | total | " + " | ".join(PHASES) + " |",
+                  "|---|---:|" + "---:|" * len(PHASES)]
+        for label, ps in (("2-6 (SCM of 1-5 versions)", first),
+                          (f"{n - 4}-{n} (SCM of {n - 5}-{n - 1} versions)", last)):
+            m = median_phases(ps)
+            lines.append(f"| {label} | {1e3 * sum(m.values()):.0f} | {fmt_phases(m)} |")
+        lines.append("")
+    text = "\n".join(lines)
+    print(text)
+    out = Path(a.out) if a.out else ROOT / "benchmarks" / "results" / "latest" / \
+        ("miss_profile.md" if a.device == "cpu" else f"miss_profile_{a.device}.md")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(f"wrote {out}")
+
+
+def _load_average() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
+if __name__ == "__main__":
+    main()
