@@ -272,8 +272,11 @@ def main():
                   "Median ms per phase over 5 misses.", "",
                   "| misses | total | " + " | ".join(PHASES) + " |",
                   "|---|---:|" + "---:|" * len(PHASES)]
-        for label, ps in (("2-6 (SCM of 1-5 versions)", first),
-                          (f"{n - 4}-{n} (SCM of {n - 5}-{n - 1} versions)", last)):
+        lo = max(1, n - 4)
+        for label, ps in ((f"2-{min(6, n)} (SCM of 1-{min(5, n - 1)} versions)", first),
+                          (f"{lo}-{n} (SCM of {lo - 1}-{n - 1} versions)", last)):
+            if not ps:
+                continue
             m = median_phases(ps)
             lines.append(f"| {label} | {1e3 * sum(m.values()):.0f} | {fmt_phases(m)} |")
         lines.append("")
