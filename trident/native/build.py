@@ -362,7 +362,7 @@ def _build(kind: str, files: dict, cmd_for, what: str, suffix: str = ".so",
     import torch
 
     source_name = next(iter(files))
-    template = " ".join(cmd_for(["SRC"], "OUT"))
+    template = "\n".join(" ".join(c) for c in _steps(cmd_for(["SRC"], "OUT")))
     memo = (kind, tuple(files.items()), template)
     tag = _tags.get(memo)
     if tag is None:
@@ -411,6 +411,8 @@ def _compile(kind_dir: Path, tag: str, files: dict, cmd_for, what: str,
     for n, text in files.items():
         (tmp / n).write_text(text)
     cmd = cmd_for([str(tmp / n) for n in files if n.endswith((".c", ".cpp"))], str(tmp / name))
+    if isinstance(cmd[0], list):  # compile steps run in parallel, then the link
+        return tmp, _compile_steps(tmp, cmd, what, name)
     extra = speedup() if speedup is not None else []
     for attempt in ([cmd[0], *extra, *cmd[1:]], cmd) if extra else (cmd,):
         (tmp / "cmd.txt").write_text(shlex.join(attempt) + "\n")
@@ -430,6 +432,43 @@ def _compile(kind_dir: Path, tag: str, files: dict, cmd_for, what: str,
     except FileNotFoundError:
         raise BuildError(what, cmd, log + f"\n(the compiler wrote no {name})") from None
     return tmp, _seal(tmp, fd, name)
+
+
+def _steps(cmd: list) -> list[list[str]]:
+    """A build's commands: one, or (a list of lists) its compile steps and then its link."""
+    return cmd if cmd and isinstance(cmd[0], list) else [cmd]
+
+
+def _compile_steps(tmp: Path, cmds: list, what: str, name: str) -> tuple:
+    """Run `cmds[:-1]` (independent compiles) in parallel in `tmp`, then `cmds[-1]` (the link);
+    write every command to cmd.txt and every output to build.log.  Returns the product's
+    `_verified` key."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    (tmp / "cmd.txt").write_text("".join(shlex.join(c) + "\n" for c in cmds))
+
+    def run(c):
+        try:
+            return c, subprocess.run(c, capture_output=True, text=True, cwd=tmp, check=False)
+        except OSError as e:  # no such compiler
+            raise BuildError(what, c, f"{type(e).__name__}: {e}") from e
+
+    with ThreadPoolExecutor(max_workers=max(1, min(len(cmds) - 1, os.cpu_count() or 1))) as ex:
+        done = list(ex.map(run, cmds[:-1]))
+    done.append(run(cmds[-1]) if all(p.returncode == 0 for _, p in done) else (None, None))
+    log = "".join(p.stdout + p.stderr for _, p in done if p is not None)
+    (tmp / "build.log").write_text(log)
+    for c, p in done:
+        if p is not None and p.returncode != 0:
+            raise BuildError(what, c, log)
+    for c in cmds[:-1]:  # the intermediate objects: only the product is kept
+        with contextlib.suppress(OSError):
+            os.unlink(tmp / c[c.index("-o") + 1])
+    try:
+        fd = os.open(tmp / name, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        raise BuildError(what, cmds[-1], log + f"\n(the linker wrote no {name})") from None
+    return _seal(tmp, fd, name)
 
 
 def _seal(tmp: Path, fd: int, name: str) -> tuple:
@@ -566,17 +605,18 @@ def runtime_module():
         abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
         cuda = _cuda_flags()
 
-        def cmd_for(srcs: list, out: str) -> list[str]:
-            return [
-                config.cxx_compiler(), "-shared", "-fPIC", "-O2", "-std=c++20",
-                "-fvisibility=hidden", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
-                "-DTORCH_EXTENSION_NAME=_trident_rt",
-                f"-I{RUNTIME_DIR}", f"-I{_python_include()}",
-                *[f"-I{i}" for i in incs], *cuda["cflags"],
-                *srcs, "-o", out,
-                f"-L{libdir}", "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python",
-                *cuda["libs"], f"-Wl,-rpath,{libdir}",
-            ]
+        def cmd_for(srcs: list, out: str) -> list[list[str]]:
+            # One compile per source, run in parallel (the runtime's units take 5-20 s each),
+            # then the link.
+            cxx = config.cxx_compiler()
+            flags = ["-fPIC", "-O2", "-std=c++20", "-fvisibility=hidden",
+                     f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-DTORCH_EXTENSION_NAME=_trident_rt",
+                     f"-I{RUNTIME_DIR}", f"-I{_python_include()}",
+                     *[f"-I{i}" for i in incs], *cuda["cflags"]]
+            objs = [f"{src}.o" for src in srcs]
+            return [*([cxx, *flags, "-c", src, "-o", obj] for src, obj in zip(srcs, objs)),
+                    [cxx, "-shared", *objs, "-o", out, f"-L{libdir}", "-lc10", "-ltorch",
+                     "-ltorch_cpu", "-ltorch_python", *cuda["libs"], f"-Wl,-rpath,{libdir}"]]
 
         so, _ = _build("runtime", files, cmd_for, "building Trident's runtime")
         spec = importlib.util.spec_from_file_location("_trident_rt", so)
