@@ -1,15 +1,11 @@
 """Triton launches in a captured graph: whether one needs static shapes, and recording each
-launch's real values while the capturing call runs the graph (`LaunchRecord`).  The launch
-helpers of `trident.triton` are imported where used: that package reaches the host IR."""
+launch's real values while the capturing call runs the graph (`LaunchRecord`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
-if TYPE_CHECKING:
-    from ..triton.launch import LaunchRecord
+from ..triton.launch import LaunchRecord, select_info
 
 
 def triton_needs_static(gm) -> bool:
@@ -18,8 +14,6 @@ def triton_needs_static(gm) -> bool:
     only for the captured value.)"""
     from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
     from triton.runtime.autotuner import Autotuner, Heuristics
-
-    from ..triton.launch import select_info
 
     for n in gm.graph.nodes:
         if not is_triton_node(n):
@@ -57,8 +51,6 @@ class RecordingInterpreter(torch.fx.Interpreter):
     def call_function(self, target, args, kwargs):
         if "triton_kernel_wrapper" in str(target):
             from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
-
-            from ..triton.launch import LaunchRecord, select_info
 
             rec = LaunchRecord(
                 kernel_idx=kwargs["kernel_idx"], constant_args_idx=kwargs["constant_args_idx"],

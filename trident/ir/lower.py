@@ -12,7 +12,9 @@ import operator
 import torch
 
 from ..errors import UnsupportedError
+from ..triton.launch import is_triton_hop, key_of, key_transforms, resolve, select_info
 from . import nodes as ir
+from .launch import Resolver, lower_launch
 from .passes import LoweringPlan, lowering_plan
 from .passes.below_autograd import library_key, python_kernel_ops
 from .passes.fx import arg_value
@@ -248,7 +250,6 @@ class _Lowering:
             self.vals[node] = ("slot", dst)
 
     def triton(self, node) -> None:
-        from ..triton.launch import lower_launch, resolve
 
         k = self.nlaunch
         self.nlaunch += 1
@@ -272,7 +273,6 @@ class _Lowering:
         (its config, specialisation and grid then vary per call), else None."""
         from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
 
-        from ..triton.launch import Resolver, key_of, key_transforms, select_info
 
         kernel = kernel_side_table.get_kernel(rec.kernel_idx)
         info = select_info(kernel)
@@ -322,8 +322,6 @@ class _Lowering:
     def node(self, node) -> None:
         t = node.target
         if "triton_kernel_wrapper" in str(t):
-            from ..triton.launch import is_triton_hop
-
             if not is_triton_hop(t):
                 raise UnsupportedError(f"unknown Triton wrapper {t}")
             self.triton(node)

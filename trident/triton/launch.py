@@ -1,12 +1,12 @@
-"""Triton kernel -> CUBIN, parameter ABI and launch preconditions.
+"""What Trident asks Triton: which compiled kernel a launch selects, and how a launch's variant
+is keyed.  No IR here (ir/launch.py lowers a launch): capture and lowering both use this.
 
-At capture, the captured graph runs once with real tensors; every Triton
-launch it makes is recorded (`LaunchRecord`).  `resolve` then asks Triton
-itself which compiled kernel those arguments select (its own binder and
-cache, compiling if needed), and `lower_launch` turns that into an IR
-`TritonLaunch`: the CUBIN, the metadata the launch needs, each parameter's
-kind in Triton's launch ABI, and the preconditions (alignment,
-divisibility, equality to 1, dtype) the CUBIN was specialised on.
+At capture, the captured graph runs once with real tensors; every Triton launch it makes is
+recorded (`LaunchRecord`).  `resolve` then asks Triton itself which compiled kernel those
+arguments select (its own binder and cache, compiling if needed): the CUBIN, its metadata and
+the specialisation of each parameter (`Resolved`).  `select_info`, `key_of`,
+`key_transforms`, `spec_class` and `bucket` describe what an autotuned launch's choice
+depends on.
 """
 
 from __future__ import annotations
@@ -17,19 +17,18 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import UnsupportedError
-from ..ir import nodes as ir
 
 # Triton pointer element types -> torch dtypes (for the dtype precondition).
-_PTR_DTYPES = {
+PTR_DTYPES = {
     "fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32,
     "fp64": torch.float64, "i8": torch.int8, "i16": torch.int16, "i32": torch.int32,
     "i64": torch.int64, "u8": torch.uint8, "i1": torch.bool,
     "fp8e4nv": getattr(torch, "float8_e4m3fn", None),
     "fp8e5": getattr(torch, "float8_e5m2", None),
 }
-_SCALAR_KINDS = {"i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "fp16", "bf16",
+SCALAR_KINDS = {"i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "fp16", "bf16",
                  "fp32", "fp64"}
-_FLOAT_KINDS = {"fp16", "bf16", "fp32", "fp64", "f32"}
+FLOAT_KINDS = {"fp16", "bf16", "fp32", "fp64", "f32"}
 
 
 @dataclass
@@ -107,39 +106,12 @@ def resolve(rec: LaunchRecord) -> Resolved:
         else:
             raise UnsupportedError(f"Triton kernel wrapper {type(k).__name__}")
     grid = rec.grid[grid_index] if len(rec.grid) > 1 else (rec.grid[0] if rec.grid else (1, 1, 1))
-    res = _resolved(k, values, grid, grid_index, config)
+    res = resolved_for(k, values, grid, grid_index, config)
     res.heuristics, res.autotune_key = heur_names, key
     return res
 
 
-def lower_launch(res: Resolved, node_kwargs: dict, grid_exprs: tuple, arg_of, rt,
-                 consts, select=None) -> ir.TritonLaunch:
-    """Build the IR launch.  `node_kwargs` are the graph's values (fx nodes or
-    constants) by parameter name; `arg_of(value)` encodes one as an IR Arg.
-    `select`: the launch's ir.LaunchSelect when it chooses its variant per call."""
-    md = res.compiled.metadata
-    _check_metadata(res)
-    dynamic = {n for n, v in node_kwargs.items() if isinstance(v, torch.fx.Node)
-               and not isinstance(v.meta.get("val", v.meta.get("example_value")), torch.Tensor)}
-    if select is None:
-        for name in res.autotune_key:
-            if name in dynamic:
-                raise UnsupportedError(f"autotune key {name!r} is symbolic in this version")
-        if res.heuristics and dynamic:
-            raise UnsupportedError("@triton.heuristics over symbolic arguments "
-                                   f"({', '.join(sorted(dynamic))})")
-    args = {n: (arg_of(v) if isinstance(v, torch.fx.Node) else v) for n, v in node_kwargs.items()}
-    params = launch_params(res, args, rt)
-    cubin = res.compiled.asm.get("cubin")
-    return ir.TritonLaunch(
-        kernel=res.jit.fn.__qualname__, symbol=md.name, cubin_const=consts.add(bytes(cubin)),
-        num_warps=int(md.num_warps), num_ctas=int(getattr(md, "num_ctas", 1)),
-        shared=int(md.shared), cooperative=bool(getattr(md, "launch_cooperative_grid", False)),
-        pdl=bool(getattr(md, "launch_pdl", False)), params=tuple(params), grid=grid_exprs,
-        config=res.config, select=select)
-
-
-def _check_metadata(res: Resolved) -> None:
+def check_metadata(res: Resolved) -> None:
     md = res.compiled.metadata
     if getattr(md, "global_scratch_size", 0) or getattr(md, "profile_scratch_size", 0):
         raise UnsupportedError(f"{res.jit.fn.__qualname__} needs scratch memory")
@@ -149,56 +121,13 @@ def _check_metadata(res: Resolved) -> None:
         raise UnsupportedError("the compiled kernel has no CUBIN (not an NVIDIA target)")
 
 
-def launch_params(res: Resolved, args: dict, rt) -> list:
-    """Each passed parameter of `res`'s CUBIN, in Triton's launch ABI.  `args`:
-    parameter name -> ir.Arg (a graph value) or a Python constant."""
-    params = []
-    for name, (ty, attr) in zip(res.names, res.specialization):
-        value = args.get(name, res.values.get(name))
-        is_arg = isinstance(value, (ir.Slot, ir.ConstArg))
-        if isinstance(ty, tuple):
-            raise UnsupportedError(f"tuple kernel argument {name}")
-        if ty == "constexpr":
-            if isinstance(value, ir.Slot):  # an int Triton specialised to 1
-                params.append(ir.LaunchParam(name, "one", value, False, -1))
-            continue
-        div16 = attr == "D"
-        if ty.startswith("*"):
-            if not isinstance(value, ir.Slot):
-                raise UnsupportedError(f"pointer argument {name} is not a graph tensor")
-            dt = _PTR_DTYPES.get(ty[1:])
-            code = rt.enum_code(dt) if dt is not None else -1
-            params.append(ir.LaunchParam(name, "ptr", value, div16, code))
-        elif ty in _SCALAR_KINDS or ty == "f32":
-            kind = "fp32" if ty == "f32" else ty
-            if is_arg:
-                arg = value
-            elif kind in _FLOAT_KINDS:
-                arg = ir.ConstArg("double", float(value))
-            else:
-                arg = ir.ConstArg("int", int(value))
-            params.append(ir.LaunchParam(name, kind, arg, div16, -1))
-        else:
-            raise UnsupportedError(f"Triton argument type {ty} ({name})")
-    return params
-
-
 # ------------------------------------------------------------ selection
 
 # trt_launch_param kinds, trt_launch_key kinds and transforms (runtime/trident_rt.h)
 from ..abi import KEY_CODES, PARAM_CODES, TRANSFORM_CODES  # noqa: F401
+
 _BUCKET_LIMIT = 1 << 40
 _MISSING = object()
-
-
-def param_tuple(p: ir.LaunchParam) -> tuple:
-    """(kind, slot, ival, dval, div16, dtype): one trt_launch_param."""
-    code = PARAM_CODES[p.kind]
-    if isinstance(p.arg, ir.Slot):
-        return (code, p.arg.index, 0, 0.0, int(p.div16), p.dtype)
-    if p.arg.kind == "double":
-        return (code, -1, 0, float(p.arg.value), int(p.div16), p.dtype)
-    return (code, -1, int(p.arg.value), 0.0, int(p.div16), p.dtype)
 
 
 def config_index(configs, best):
@@ -327,107 +256,7 @@ def _libtuner_strategies(tuner, keys) -> dict | None:
     return out
 
 
-class Resolver:
-    """The variants of one selecting launch, by key.
-
-    Called natively (launch_select) for a key the launch's table lacks, with
-    the key, the values of its operands and the evaluated grid of every
-    config.  A key it has seen returns its variant at once; a new key runs the
-    user's autotuner exactly as eager would (benchmarking a key it has not
-    tuned, then launching the chosen config), and the CUBIN Triton compiled for
-    that config and these arguments becomes the key's variant.  Keys that
-    come to the same CUBIN and grid row get the same variant object, which
-    the native side parses (and loads) once.  Its table outlives SCM rebuilds
-    (it lives in the version's constant pool).
-
-    The key is what key_transforms keeps of each operand: a bucket of the
-    tuner's and a specialisation class where that is all the variant
-    depends on, so a new size inside a known bucket and class (a decode
-    step's longer KV length) never leaves native code."""
-
-    def __init__(self, dynamo_tuner, user_tuner, jit, names, kinds, const_kwargs, args, rt,
-                 nrows, transforms=()):
-        self.dynamo_tuner = dynamo_tuner
-        self.user_tuner = user_tuner
-        self.jit = jit
-        self.names = tuple(names)
-        self.kinds = tuple(kinds)
-        self.transforms = tuple(transforms) or ("raw",) * len(self.kinds)
-        self.const_kwargs = dict(const_kwargs)
-        self.args = dict(args)
-        self.rt = rt
-        self.nrows = nrows
-        self.table: dict = {}
-        self.configs: dict = {}      # key -> the config, for humans
-        self.python_only: dict = {}  # key -> why it launches through Triton each time
-        self.kernels: dict = {}      # variant -> itself: one object per distinct variant
-        self.calls = 0               # resolver calls (native table misses)
-        self.tuned = 0               # of which ran the user's autotuner
-
-    def __call__(self, key, operands, grids):
-        self.calls += 1
-        v = self.table.get(key)
-        if v is not None:
-            return (False, v)
-        kwargs = {**self.const_kwargs, **dict(zip(self.names, operands))}
-        self.tuned += 1
-        self.run_user(kwargs, grids)
-        best = self.user_tuner.best_config
-        v = self.variant(key, kwargs, best, grids)
-        return (True, v)
-
-    def grid_row(self, c: int) -> int:
-        return c if self.nrows > 1 else 0
-
-    def run_user(self, kwargs, grids):
-        configs = self.dynamo_tuner.configs
-
-        def grid_fn(meta):
-            for i, c in enumerate(configs):
-                if all(meta.get(k, _MISSING) == v for k, v in c.kwargs.items()):
-                    return tuple(grids[self.grid_row(i)])
-            raise RuntimeError("trident: no captured grid for the autotuner's config "
-                               f"{ {k: meta.get(k) for k in configs[0].kwargs} }")
-
-        self.user_tuner[grid_fn](**kwargs)
-
-    def variant(self, key, kwargs, best, grids=None):
-        """The key's variant tuple for `best`, or None when it cannot launch
-        natively (it then runs through Triton on every call of that key)."""
-        c = config_index(self.dynamo_tuner.configs, best)
-        if c is None:
-            self.python_only[key] = "the chosen config is not among the captured ones"
-            return None
-        cfg = self.dynamo_tuner.configs[c]
-        values = {**kwargs, **cfg.all_kwargs()}
-        grid = tuple(grids[self.grid_row(c)]) if grids else (1, 1, 1)
-        try:
-            res = _resolved(self.jit, values, grid, c, f"config={cfg}")
-            _check_metadata(res)
-            params = launch_params(res, self.args, self.rt)
-        except UnsupportedError as e:
-            self.python_only[key] = str(e)
-            return None
-        md = res.compiled.metadata
-        v = (str(md.name), bytes(res.compiled.asm["cubin"]), int(md.num_warps),
-             int(getattr(md, "num_ctas", 1)), int(md.shared),
-             int(bool(getattr(md, "launch_cooperative_grid", False))),
-             int(bool(getattr(md, "launch_pdl", False))), self.grid_row(c),
-             tuple(param_tuple(p) for p in params))
-        v = self.kernels.setdefault(v, v)
-        self.table[key] = v
-        self.configs[key] = str(cfg)
-        return v
-
-    def summary(self) -> str:
-        s = (f"{len(self.table)} keys, {len(self.kernels)} kernels, {self.calls} table misses, "
-             f"{self.tuned} autotuner runs")
-        if self.python_only:
-            s += f", {len(self.python_only)} keys through Triton"
-        return s
-
-
-def _resolved(jit, values: dict, grid, grid_index: int, config: str) -> Resolved:
+def resolved_for(jit, values: dict, grid, grid_index: int, config: str) -> Resolved:
     compiled = jit.run(grid=grid, warmup=True, **values)
     if compiled is None:
         raise UnsupportedError(f"Triton did not compile {jit.fn.__qualname__}")
