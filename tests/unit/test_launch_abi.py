@@ -95,7 +95,7 @@ K = {"ptr": 0, "int": 1, "double": 2}
 
 
 class FakeResolver:
-    """Stands in for triton.launch.Resolver: maps a key to a variant whose
+    """Stands in for ir.launch.Resolver: maps a key to a variant whose
     config (grid row) depends on n, as an autotuner keyed on n would."""
 
     def __init__(self, launch_first=True):

@@ -455,7 +455,7 @@ def _autotune(orig):
     def autotune(*a, **kw):
         # Dynamo rebuilds the user's autotuner (heuristics folded into its
         # configs, key=[]); remember which one, so the SCM can let the user's
-        # own tuner choose the config per call (triton.launch.Resolver).
+        # own tuner choose the config per call (ir.launch.Resolver).
         deco = orig(*a, **kw)
 
         def wrap(fn):

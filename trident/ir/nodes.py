@@ -617,7 +617,7 @@ class LaunchSelect:
     would).  The launch's own CUBIN and params above are the capturing call's
     variant, shown for humans and seeded into the resolver's table."""
 
-    resolver_const: int   # K index of the triton.launch.Resolver
+    resolver_const: int   # K index of the ir.launch.Resolver
     keys: tuple           # ((name, Slot, kind)), kind: ptr | int | double
     grids: tuple          # per config row: three SymExpr
     transforms: tuple = ()  # per key: raw | class | log2 | align32 (what the key keeps)
