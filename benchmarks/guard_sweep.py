@@ -1,43 +1,57 @@
 """Guard sweep: which Dynamo guard sources real libraries make Trident translate, and how.
 
     python benchmarks/guard_sweep.py [--transformers] [--flaggems] [--models llama,qwen3]
-                                     [--targets rms_norm,mlp] [--ops add,mm] [--device D]
-                                     [--budget-s S] [--op-timeout-s S] [--out DIR] [--tag T]
+                                     [--attn sdpa,eager] [--targets rms_norm,mlp] [--ops add,mm]
+                                     [--device D] [--jobs N] [--budget-s S] [--op-timeout-s S]
+                                     [--out DIR] [--tag T]
 
 Each target is a plain Python function that calls the library, unmodified.  Per target: the
-function runs eagerly, then under `trident.jit` three times (the capture, a call with fresh
-inputs of the same shapes, which should be a hit, and a call with a second shape), each result
-compared with eager's on the same inputs.  Outcome, worst first:
+function runs eagerly, then under `trident.jit` four times: the capture, a call with fresh
+inputs of the same shapes (which should be a hit), a second shape (a miss: automatic dynamic
+shapes capture a dynamic version) and a third shape (which that version should serve); each
+result is compared with eager's on the same inputs (values; structure, shapes and dtypes only
+for a random operator).  Outcome, worst first:
 
   error      trident.jit raised where eager did not
   mismatch   a result differs from eager's
   fallback   a path runs eagerly (an eager version or a remembered call key): the reason
   native     every call ran natively
+  skipped    no inputs could be built, eager itself raised, or the time was up
 
 Every guard entry Dynamo handed to Trident (`trident.scm.translate` is wrapped) is recorded
-with its guard kind and the class chain of its source (`AttrSource(LocalSource)`: the source
-class, then its base's, innermost last; a `DictGetItemSource` whose key is itself a source
-shows it as `DictGetItemSource[ConstDictKeySource(...)](...)`), and each entry is translated
-alone to say whether that kind/source is native or refused (and why).  Shape guards contribute
-the sources of their symbols (`TensorPropertySource(...)`).
+with its guard kind and the class chain of its source, outermost first
+(`AttrSource(AttrSource(LocalSource))` is `L['m'].a.b`; a repeated run of classes folds:
+`(UnspecializedNNModuleSource.DictGetItemSource.AttrSource)*3(...)` is three `_modules[...]`
+steps; a `DictGetItemSource` whose key is itself a source shows it in brackets), and each entry
+is translated alone (with its capture) to say whether that kind and source are translated or
+refused, and why.  Shape guards contribute the sources of their symbols
+(`TensorPropertySource(...)`).  TRIDENT_CACHE is off: every version is captured here.
 
 Targets:
-  --transformers  tiny random Llama, Qwen3, Mistral and DeepSeek-V2 (transformers 5.x): RMSNorm,
-                  rotary embedding, MLP (DeepSeek-V2's MoE too), attention, a decoder layer and
-                  the causal LM's forward (with and without a KV cache), on CPU, in no_grad;
-                  the modules are free variables of the target (a closure), and for the
-                  decoder layer also an argument.  Default when neither flag is given.
-  --flaggems      every public callable of `flag_gems.ops` (FlagGems 5.0.2) whose signature
-                  it can build inputs for (pointwise unary/binary, reductions over a dim,
-                  norms, softmax, mm/addmm/bmm, cumsum, where, ...); the rest is counted as
-                  skipped, with the reason.  Needs CUDA and the wheel.  Each operator is the body
-                  of `def f(*args): return op(*args)`.  Past --op-timeout-s for one operator
-                  (SIGALRM) or --budget-s in all, the rest is recorded as skipped.
-  --flaggems-stub same pipeline on CPU, with ATen functions standing in for `flag_gems.ops`
-                  (checks the input builders; not a FlagGems result).
+  --transformers  tiny random Llama, Qwen3, Mistral and DeepSeek-V2 (transformers 5.x, on the
+                  CPU, under no_grad): RMSNorm, rotary embedding, MLP (DeepSeek-V2's MoE too),
+                  attention, a decoder layer (the module a free variable, and an argument), the
+                  causal LM's forward (plain, with a padding mask, with labels, returning a
+                  tuple, under inference_mode, returning a new KV cache), one decode step on a
+                  prefilled DynamicCache and on a StaticCache argument, and greedy generate;
+                  then attention, masked forward and decode steps again with eager attention,
+                  and DeepSeek-V2's MoE with the batched_mm and grouped_mm experts.  The
+                  default when no other flag is given.
+  --flaggems      every public callable of `flag_gems.ops` (FlagGems 5.0.2) whose name or
+                  signature it can build inputs for (pointwise unary/binary with tensor or
+                  scalar operands, reductions over a dim, norms, softmax, mm/addmm/bmm/baddbmm,
+                  cumsum, where, cat/stack, embedding, index ops, sort/topk, factories, ...),
+                  common LLM operators first; the rest (out= variants, backward operators,
+                  unknown parameters) is counted, with the reason.  Needs CUDA and the wheel.
+                  Each operator is the body of `def f(*args): return op(*args)`.  --jobs N runs
+                  N worker processes (target i goes to worker i % N), --op-timeout-s bounds one
+                  operator (SIGALRM), --budget-s each worker's total (the rest: skipped).
+  --flaggems-stub the same pipeline on the CPU with ATen functions under FlagGems' names (a
+                  check of the input rules and reporting; not a FlagGems result).
 
-Writes <out>/guard_sweep_<tag>.json and .md (outcome counts, source kinds with their handling,
-one row per target) and prints the table.
+Writes <out>/guard_sweep_<tag>.json and .md (date, commit, machine; outcome counts; one row per
+target; source classes and (kind, source chain) pairs with their handling) and prints the
+table.
 """
 
 from __future__ import annotations
@@ -318,9 +332,10 @@ def _clone(x):
     return x
 
 
-def run_target(t: Target, timeout_s: float = 0.0, shapes=(0, 0, 1)) -> Result:
+def run_target(t: Target, timeout_s: float = 0.0, shapes=(0, 0, 1, 2)) -> Result:
     """Eager, then trident.jit: the capture, a fresh call of the same shapes, a second
-    shape."""
+    shape (a miss: automatic dynamic shapes capture a dynamic version), a third shape (which
+    that dynamic version should serve)."""
     res = Result(t.group, t.name, "native")
     holder = [res.guards]
     t0 = time.perf_counter()
@@ -386,6 +401,8 @@ def _run(t: Target, res: Result, holder: list, shapes) -> None:
         res.detail = st["fallback_reason"] or ""
     elif res.calls[1:2] != ["hit"]:
         res.detail = f"the same-shape call was a {res.calls[1:2]}"
+    elif res.calls[3:4] not in (["hit"], []):
+        res.detail = f"the third shape was a {res.calls[3]} (no dynamic version served it)"
 
 
 def _grad_ctx(mode: str):
@@ -412,11 +429,11 @@ def _call_kind(st0, st1) -> str:
 TINY = {"vocab_size": 128, "hidden_size": 64, "intermediate_size": 128,
         "num_attention_heads": 2, "num_key_value_heads": 1, "num_hidden_layers": 2,
         "max_position_embeddings": 256}
-SEQ = (5, 9)  # the two shapes: (batch 2, seq 5) and (batch 3, seq 9)
-BATCH = (2, 3)
+SEQ = (5, 9, 12)  # the shapes: (batch 2, seq 5), (batch 3, seq 9), (batch 4, seq 12)
+BATCH = (2, 3, 4)
 
 
-def tiny_config(model: str, attn: str):
+def tiny_config(model: str, attn: str, experts: str | None = None):
     import transformers as tf
 
     if model == "llama":
@@ -428,31 +445,44 @@ def tiny_config(model: str, attn: str):
                                 attn_implementation=attn)
     if model == "deepseek_v2":
         dims = dict(TINY, num_key_value_heads=2)
+        extra = {"experts_implementation": experts} if experts else {}
         return tf.DeepseekV2Config(
             **dims, moe_intermediate_size=32, n_routed_experts=4, n_shared_experts=1,
             num_experts_per_tok=2, kv_lora_rank=16, q_lora_rank=None, qk_nope_head_dim=16,
             qk_rope_head_dim=8, v_head_dim=16, first_k_dense_replace=1, topk_method="greedy",
-            n_group=1, topk_group=1, attn_implementation=attn)
+            n_group=1, topk_group=1, attn_implementation=attn, **extra)
     raise ValueError(model)
 
 
+# Variants past the first (every target): (label, attention, experts, the targets kept).
+VARIANTS = (
+    ("eager", "eager", None, ("attention", "causal_lm(mask)", "decode_step",
+                              "decode_step(static)")),
+    ("batched_mm", None, "batched_mm", ("moe", "causal_lm")),
+    ("grouped_mm", None, "grouped_mm", ("moe", "causal_lm")),
+)
+
+
 def transformers_targets(models, attns=("sdpa", "eager")) -> list:
-    """Every target of each model with the first attention implementation; with the others,
-    those that reach the attention interface (attention, masked forward, decode step)."""
+    """Every target of each model with the first attention implementation; with the other
+    attention implementations (and, for an MoE model, experts implementations), the targets
+    that reach that interface."""
     from transformers import AutoModelForCausalLM
 
     out = []
     for model in models:
-        for i, attn in enumerate(attns):
-            cfg = tiny_config(model, attn)
+        variants = [("", attns[0], None, None)]
+        variants += [v for v in VARIANTS if v[1] in attns[1:]
+                     or (v[2] and model == "deepseek_v2")]
+        for label, attn, experts, keep in variants:
+            cfg = tiny_config(model, attn or attns[0], experts)
             torch.manual_seed(0)
             lm = AutoModelForCausalLM.from_config(cfg).eval()
             ts = _model_targets(model, lm)
-            if i:
-                ts = [t for t in ts if t.name in ("attention", "causal_lm(mask)", "decode_step",
-                                           "decode_step(static)")]
+            if keep is not None:
+                ts = [t for t in ts if t.name in keep]
                 for t in ts:
-                    t.group = f"{model}[{attn}]"
+                    t.group = f"{model}[{label}]"
             out.extend(ts)
     return out
 
@@ -552,6 +582,14 @@ def _model_targets(model: str, lm) -> list:
     mk("causal_lm(mask)", masked_fn, lambda s, k: (ids(s, k), mask(s, k)),
        "LM forward with a left-padded attention mask")
 
+    def labels_fn():
+        def causal_lm_loss(input_ids, labels):
+            return lm(input_ids=input_ids, labels=labels, use_cache=False)
+        return causal_lm_loss
+
+    mk("causal_lm(labels)", labels_fn, lambda s, k: (ids(s, k), ids(s, k + 7)),
+       "LM forward with labels: the loss function registry")
+
     mk("causal_lm(inference_mode)", model_fn, lambda s, k: (ids(s, k),),
        "LM forward, use_cache=False, under torch.inference_mode()")
     out[-1].grad = "inference_mode"
@@ -613,7 +651,7 @@ def _model_targets(model: str, lm) -> list:
 
 # ------------------------------------------------------------------ FlagGems targets
 
-FG_ROWS = ((64, 256), (33, 512))  # the two shapes of a 2-D operand: (M, N)
+FG_ROWS = ((64, 256), (33, 512), (48, 384))  # the shapes of a 2-D operand: (M, N)
 # Operators whose result is random: compared by structure, shapes and dtypes only.
 FG_RANDOM = {"rand", "randn", "rand_like", "randn_like", "randint", "randint_like", "randperm",
              "bernoulli", "multinomial", "normal", "uniform", "exponential", "cauchy",
