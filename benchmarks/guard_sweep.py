@@ -46,6 +46,7 @@ Targets:
                   Each operator is the body of `def f(*args): return op(*args)`.  --jobs N runs
                   N worker processes (target i goes to worker i % N), --op-timeout-s bounds one
                   operator (SIGALRM), --budget-s each worker's total (the rest: skipped).
+  --liger         Liger-Kernel 0.8.5's six forwards of tests/gpu/test_liger.py (needs CUDA).
   --flaggems-stub the same pipeline on the CPU with ATen functions under FlagGems' names (a
                   check of the input rules and reporting; not a FlagGems result).
 
@@ -296,8 +297,9 @@ class Result:
     guards: GuardRecord = field(default_factory=GuardRecord)
 
 
-class _Timeout(Exception):
-    pass
+class _Timeout(BaseException):
+    """--op-timeout-s: a BaseException, so that no `except Exception` in Dynamo or Trident
+    turns it into a fallback."""
 
 
 @contextlib.contextmanager
@@ -323,8 +325,9 @@ def _clone(x):
     other object is passed as itself)."""
     if isinstance(x, torch.Tensor):
         return x.clone()
-    if type(x) in (list, tuple):
-        return type(x)(_clone(v) for v in x)
+    if type(x) in (list, tuple, Kw):
+        return type(x)(_clone(v) for v in x) if type(x) is not Kw else Kw(
+            {k: _clone(v) for k, v in x.items()})
     if type(x) is dict:
         return {k: _clone(v) for k, v in x.items()}
     if any(c.__name__ == "Cache" for c in type(x).__mro__):  # a transformers KV cache
@@ -359,7 +362,7 @@ def _run(t: Target, res: Result, holder: list, shapes) -> None:
     for args in inputs:
         try:
             with _grad_ctx(t.grad):
-                refs.append(fn(*_clone(args)))
+                refs.append(_call(fn, _clone(args)))
         except Exception as e:  # noqa: BLE001 - eager itself fails: nothing to compare
             res.outcome, res.detail = "skipped", f"eager raises {type(e).__name__}: {e}"[:300]
             return
@@ -371,7 +374,7 @@ def _run(t: Target, res: Result, holder: list, shapes) -> None:
             st0 = trident.stats(f)
             try:
                 with _grad_ctx(t.grad):
-                    out = f(*_clone(args))
+                    out = _call(f, _clone(args))
             except _Timeout:
                 raise
             except Exception as e:  # noqa: BLE001
@@ -403,6 +406,16 @@ def _run(t: Target, res: Result, holder: list, shapes) -> None:
         res.detail = f"the same-shape call was a {res.calls[1:2]}"
     elif res.calls[3:4] not in (["hit"], []):
         res.detail = f"the third shape was a {res.calls[3]} (no dynamic version served it)"
+
+
+class Kw(dict):
+    """Keyword arguments, as the last element of a target's argument tuple."""
+
+
+def _call(fn, args):
+    if args and type(args[-1]) is Kw:
+        return fn(*args[:-1], **args[-1])
+    return fn(*args)
 
 
 def _grad_ctx(mode: str):
@@ -718,6 +731,7 @@ _FG_SUFFIXES = ("_tensor_scalar", "_scalar_tensor", "_tensor_tensor", "_scalarop
 
 
 def _fg_special(r, pos, ints, M, N):
+    dv = Kw(device=r(1).device)  # a factory's device
     return {
         "mm": lambda: (r(M, N), r(N, M)),
         "addmm": lambda: (r(M), r(M, N), r(N, M)),
@@ -779,26 +793,27 @@ def _fg_special(r, pos, ints, M, N):
         "kthvalue": lambda: (r(M, N), 3, 1),
         "sort": lambda: (r(M, N), -1),
         "argsort": lambda: (r(M, N), -1),
-        "native_dropout": lambda: (r(M, N), 0.0, False),
+        "native_dropout": lambda: (r(M, N), 0.5, True),
+        "dropout": lambda: (r(M, N), 0.5, True),
         "cross_entropy_loss": lambda: (r(M, N), ints(M, hi=N)),
         "nll_loss_forward": lambda: (r(M, N).log_softmax(-1), ints(M, hi=N), None, 1, -100),
         "nll_loss_nd_forward": lambda: (r(M, N).log_softmax(-1), ints(M, hi=N)),
         "margin_ranking_loss": lambda: (r(M), r(M), r(M).sign()),
-        "linspace": lambda: (0.0, 1.0, N),
-        "logspace": lambda: (0.0, 1.0, N),
-        "arange": lambda: (N,),
-        "arange_start": lambda: (1, N),
-        "range": lambda: (1, N),
-        "zeros": lambda: ((M, N),),
-        "ones": lambda: ((M, N),),
-        "empty": lambda: ((M, N),),
-        "full": lambda: ((M, N), 0.5),
-        "eye": lambda: (N,),
-        "eye_m": lambda: (M, N),
-        "randn": lambda: ((M, N),),
-        "rand": lambda: ((M, N),),
-        "randperm": lambda: (N,),
-        "randint": lambda: (16, (M, N)),
+        "linspace": lambda: (0.0, 1.0, N, dv),
+        "logspace": lambda: (0.0, 1.0, N, dv),
+        "arange": lambda: (N, dv),
+        "arange_start": lambda: (1, N, dv),
+        "range": lambda: (1, N, dv),
+        "zeros": lambda: ((M, N), dv),
+        "ones": lambda: ((M, N), dv),
+        "empty": lambda: ((M, N), dv),
+        "full": lambda: ((M, N), 0.5, dv),
+        "eye": lambda: (N, dv),
+        "eye_m": lambda: (M, N, dv),
+        "randn": lambda: ((M, N), dv),
+        "rand": lambda: ((M, N), dv),
+        "randperm": lambda: (N, dv),
+        "randint": lambda: (16, (M, N), dv),
         "randint_like": lambda: (r(M, N), 16),
         "multinomial": lambda: (pos(M, N), 4),
         "lerp_scalar": lambda: (r(M, N), r(M, N), 0.3),
@@ -873,6 +888,20 @@ def _fg_args(name: str, sig, dev: str, s: int, seed: int, dtype=torch.float32):
         raise LookupError("an out= variant (its functional form is swept)")
     if "backward" in name:
         raise LookupError("a backward operator")
+    args = _fg_by_name(name, sig, r, pos, ints, M, N)
+    n_req = sum(1 for p in sig.parameters.values()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                and p.default is p.empty)
+    n_pos = len(args) - (1 if args and type(args[-1]) is Kw else 0)
+    if n_pos < n_req:  # the rule gives fewer operands than the signature requires
+        try:
+            return _fg_generic(name, sig, r, pos, ints, M, N)
+        except LookupError:
+            pass
+    return args
+
+
+def _fg_by_name(name, sig, r, pos, ints, M, N):
     special = _fg_special(r, pos, ints, M, N)
     b = name
     for _ in range(3):
@@ -988,14 +1017,49 @@ def flaggems_targets(dev: str, stub: bool = False, only=None):
 
 def _fg_body(op):
     def make():
-        def f(*args):
-            return op(*args)
+        def f(*args, **kwargs):
+            return op(*args, **kwargs)
         return f
     return make
 
 
 def _fg_maker(name, sig, dev):
     return lambda s, seed: _fg_args(name, sig, dev, s, seed)
+
+
+def liger_targets(dev: str) -> list:
+    """Liger-Kernel's six forwards of tests/gpu/test_liger.py, bf16, two shapes."""
+    from liger_kernel.ops import geglu, layer_norm, rms_norm, rope, softmax, swiglu
+
+    bf16 = torch.bfloat16
+
+    def r(shape, seed, k=0):
+        g = torch.Generator(device=dev).manual_seed(seed * 8 + k)
+        return torch.randn(shape, device=dev, dtype=bf16, generator=g)
+
+    rows = ((4, 256), (2, 3, 1024), (8, 512))
+    heads = ((1, 8, 4, 64), (2, 16, 8, 128), (1, 12, 8, 64))
+
+    def two(s, k):
+        return (r(rows[s], k), r(rows[s], k, 1))
+
+    def rope_args(s, k):
+        b, q_len, h, d = heads[s]
+        return (r((b, h, q_len, d), k), r((b, h // 2, q_len, d), k, 1),
+                r((1, q_len, d), k, 2), r((1, q_len, d), k, 3))
+
+    cases = {
+        "swiglu_forward": (swiglu.swiglu_forward, two),
+        "geglu_forward": (geglu.geglu_forward, two),
+        "rms_norm_forward": (rms_norm.rms_norm_forward, lambda s, k: (
+            r(rows[s], k), r(rows[s][-1:], k, 1), 1e-6, 0.0, "llama", None)),
+        "layer_norm_forward": (layer_norm.layer_norm_forward, lambda s, k: (
+            r(rows[s], k), r(rows[s][-1:], k, 1), r(rows[s][-1:], k, 2), 1e-5)),
+        "rope_forward": (rope.rope_forward, rope_args),
+        "softmax_forward": (softmax._softmax_forward, lambda s, k: (r(rows[s], k),)),
+    }
+    return [Target("liger", name, (lambda fn=fn: fn), make) for name, (fn, make)
+            in cases.items()]
 
 
 def _stub_ops() -> dict:
@@ -1123,27 +1187,36 @@ def main(argv=None) -> int:
     ap.add_argument("--transformers", action="store_true")
     ap.add_argument("--flaggems", action="store_true")
     ap.add_argument("--flaggems-stub", action="store_true")
+    ap.add_argument("--liger", action="store_true", help="Liger-Kernel's forwards (CUDA)")
     ap.add_argument("--models", default="llama,qwen3,mistral,deepseek_v2")
     ap.add_argument("--attn", default="sdpa,eager",
                     help="attn_implementations of the tiny models (all targets with the first)")
     ap.add_argument("--targets", default="", help="comma-separated target names to keep")
     ap.add_argument("--ops", default="", help="comma-separated flag_gems.ops names to keep")
     ap.add_argument("--device", default=None)
-    ap.add_argument("--budget-s", type=float, default=0.0, help="0 = no budget")
-    ap.add_argument("--op-timeout-s", type=float, default=0.0, help="per target; 0 = none")
-    ap.add_argument("--jobs", type=int, default=1,
-                    help="worker processes, each sweeping every N-th target (budgets per worker)")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="per worker; 0 = none (default: 170 with --flaggems, else none)")
+    ap.add_argument("--op-timeout-s", type=float, default=None,
+                    help="per target; 0 = none (default: 30 with --flaggems, else none)")
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="worker processes, each sweeping every N-th target (default: 8 with "
+                         "--flaggems, else 1)")
     ap.add_argument("--shard", default=None, help=argparse.SUPPRESS)  # i/N, for a worker
     ap.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--tag", default=None)
     a = ap.parse_args(argv)
-    if not (a.transformers or a.flaggems or a.flaggems_stub):
+    if not (a.transformers or a.flaggems or a.flaggems_stub or a.liger):
         a.transformers = True
+    # --flaggems on the GPU machine: about 4 minutes in all (runtime build, 8 workers' budgets)
+    for name, fg, other in (("jobs", 8, 1), ("budget_s", 170.0, 0.0), ("op_timeout_s", 30.0, 0.0)):
+        if getattr(a, name) is None:
+            setattr(a, name, fg if a.flaggems else other)
     started = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     tag = a.tag or ("_".join(x for x, on in (("transformers", a.transformers),
                                                ("flaggems", a.flaggems),
-                                               ("flaggems-stub", a.flaggems_stub)) if on))
+                                               ("flaggems-stub", a.flaggems_stub),
+                                               ("liger", a.liger)) if on))
     if a.jobs > 1 and a.shard is None:
         results, skipped = _run_workers(a, argv if argv is not None else sys.argv[1:])
     else:
@@ -1173,6 +1246,8 @@ def _targets(a) -> tuple:
         t, s = flaggems_targets(a.device or "cpu", stub=True, only=fg_only)
         targets += t
         skipped.update(s)
+    if a.liger:
+        targets += liger_targets(a.device or "cuda")
     keep = {x for x in a.targets.split(",") if x}
     if keep:
         targets = [t for t in targets if t.name in keep]
