@@ -624,6 +624,18 @@ def _model_targets(model: str, lm) -> list:
 
     mk("generate", generate_fn, lambda s, k: (ids(s, k),), "greedy generate, 3 new tokens")
 
+    def lm_output(s, seed):
+        with torch.no_grad():
+            return lm(input_ids=ids(s, seed), labels=ids(s, seed + 1), use_cache=False)
+
+    def output_arg_fn():
+        def next_token(out):
+            return out[1][:, -1].argmax(-1), out["loss"] * 2
+        return next_token
+
+    mk("output_arg", output_arg_fn, lambda s, k: (lm_output(s, k),),
+       "a CausalLMOutputWithPast argument (a dict subclass): out[1], out['loss']")
+
     def prefilled(s, seed):
         from transformers import DynamicCache
 

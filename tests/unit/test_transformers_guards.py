@@ -167,3 +167,29 @@ def test_a_new_dynamic_cache_returned_runs_that_path_eagerly(h, record_warnings)
     st = trident.stats(f)
     assert [e["version"] for e in st["eager_paths"]] == [0], st["eager_paths"]
     assert sum(st["hits"]) == 2, st
+
+
+def test_model_output_argument_items_are_native(h):
+    """A function of the model's output object (a ModelOutput: an OrderedDict subclass with
+    its own __getitem__): Dynamo reads its items as `dict.__getitem__(out,
+    list(dict.keys(out))[i])`, native since the sweep found it refused; a loss present or
+    absent changes what `out[0]` is (the loss or the logits), and that is a miss with eager's
+    result."""
+    lm = _lm()
+
+    def next_token(out):
+        return out[0].sum(), out[-1][:, -1].argmax(-1), out["logits"].mean()
+
+    def output(labels: bool):
+        ids = _ids(2, 5)
+        with torch.no_grad():
+            return lm(input_ids=ids, labels=ids if labels else None, use_cache=False)
+
+    f = trident.jit(next_token)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for labels in (True, True, False, True):
+            out = output(labels)
+            _same(f(out), next_token(out))
+    st = _native(f)
+    assert st["versions"] == 2 and sum(st["hits"]) == 2, st
