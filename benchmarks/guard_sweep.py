@@ -65,6 +65,7 @@ import inspect
 import json
 import math
 import os
+import re
 import signal
 import sys
 import time
@@ -1132,40 +1133,12 @@ def _md_escape(s: str) -> str:
     return str(s).replace("|", "\\|").replace("\n", " ")
 
 
-def write_report(results, skipped, summary, args, out: Path, tag: str, started: str) -> tuple:
-    out.mkdir(parents=True, exist_ok=True)
-    lines = [f"# Guard sweep: {tag}", "",
-             f"date: {started}; commit: {report_info.commit()}; machine: "
-             f"{report_info.machine(torch)}",
-             f"command: `python benchmarks/guard_sweep.py {' '.join(sys.argv[1:])}`", ""]
-    c = summary["counts"]
-    lines.append("outcomes: " + ", ".join(f"{o} {c[o]}" for o in OUTCOMES)
-                 + (f"; no input rule for {len(skipped)} more" if skipped else ""))
-    lines += ["", "## Targets", "",
-              "| target | outcome | calls | versions | s | source chains | detail | refused "
-              "entries |", "|---|---|---|---|---|---|---|---|"]
-    for row in table_rows(results):
-        lines.append("| " + " | ".join(_md_escape(x) for x in row) + " |")
-    lines += ["", "## Source classes met", "",
-              "| source class | guard entries | targets | handling |", "|---|---|---|---|"]
-    for cname, e in sorted(summary["classes"].items()):
-        how = f"refused: {e['refused']}" if e["refused"] else "translated"
-        lines.append(f"| `{cname}` | {e['n']} | {len(e['targets'])} | {_md_escape(how)} |")
-    lines += ["", "## Guard kind and source chain", "",
-              "| kind | source chain | entries | targets | example | handling |",
-              "|---|---|---|---|---|---|"]
-    for (kind, chain), e in sorted(summary["kinds"].items()):
-        how = f"refused: {e['refused']}" if e["refused"] else "translated"
-        lines.append(f"| {kind} | `{chain}` | {e['n']} | {len(e['targets'])} | "
-                     f"`{_md_escape(e['example'])[:80]}` | {_md_escape(how)[:200]} |")
-    if skipped:
-        lines += ["", "## No input rule", "", ", ".join(sorted(skipped)), ""]
-    md = out / f"guard_sweep_{tag}.md"
-    md.write_text("\n".join(lines) + "\n")
-    js = out / f"guard_sweep_{tag}.json"
-    data = {
+def report_data(results, skipped, summary, started: str, seconds: float) -> dict:
+    """Everything the report says, as JSON-able data (the .json file; the .md renders it)."""
+    return {
         "date": started, "commit": report_info.commit(), "machine": report_info.machine(torch),
-        "argv": sys.argv[1:], "counts": c, "skipped_no_rule": skipped,
+        "argv": sys.argv[1:], "seconds": round(seconds), "counts": summary["counts"],
+        "skipped_no_rule": skipped,
         "targets": [{"target": f"{r.group}.{r.name}", "outcome": r.outcome, "detail": r.detail,
                      "calls": r.calls, "versions": r.versions, "eager_paths": r.eager_paths,
                      "warnings": r.warnings, "seconds": round(r.seconds, 2),
@@ -1175,9 +1148,79 @@ def write_report(results, skipped, summary, args, out: Path, tag: str, started: 
                     for r in results],
         "source_classes": {k: {"n": v["n"], "targets": sorted(v["targets"]),
                                "refused": v["refused"]}
-                           for k, v in summary["classes"].items()},
+                           for k, v in sorted(summary["classes"].items())},
     }
+
+
+def results_from_data(data: dict) -> list:
+    out = []
+    for t in data["targets"]:
+        group, name = t["target"].split(".", 1)
+        r = Result(group, name, t["outcome"], t["detail"], t["calls"], t["versions"],
+                   t["eager_paths"], t["warnings"], t["seconds"])
+        for g in t["guards"]:
+            r.guards.entries[(g["kind"], g["source"])] = {
+                "n": g["n"], "refused": g["refused"], "example": g["example"],
+                "classes": sorted(set(re.findall(r"[A-Za-z]+Source", g["source"])))}
+        out.append(r)
+    return out
+
+
+def render_md(data: dict, title: str) -> str:
+    results = results_from_data(data)
+    summary = summarize(results)
+    skipped = data.get("skipped_no_rule") or {}
+    c = summary["counts"]
+    lines = [f"# {title}", "",
+             f"- date: {data['date']}", f"- commit: {data['commit']}",
+             f"- machine: {data['machine']}",
+             f"- command: `python benchmarks/guard_sweep.py {' '.join(data['argv'])}`",
+             f"- run time: {data.get('seconds', '?')} s; per target: eager, then trident.jit "
+             "on the capture's shapes twice (capture, hit), a second shape (miss) and a third "
+             "(served by the dynamic version), each compared with eager",
+             "", "outcomes: " + ", ".join(f"{o} {c[o]}" for o in OUTCOMES)
+             + (f"; {len(skipped)} more with no input rule" if skipped else ""), ""]
+    odd = [r for r in results if r.outcome != "native" or r.detail]
+    if odd:
+        lines += ["## Not native, and why", ""]
+        for r in odd:
+            lines.append(f"- `{r.group}.{r.name}`: {r.outcome}: {_md_escape(r.detail)}")
+        lines.append("")
+    lines += ["## Targets", "",
+              "| target | outcome | calls | versions | s | source chains | detail | refused "
+              "entries |", "|---|---|---|---|---|---|---|---|"]
+    for row in table_rows(results):
+        lines.append("| " + " | ".join(_md_escape(x) for x in row) + " |")
+    lines += ["", "## Source classes met", "",
+              "| source class | guard entries | targets | handling |", "|---|---|---|---|"]
+    for cname, e in sorted(summary["classes"].items()):
+        how = f"refused: {e['refused']}" if e["refused"] else "translated"
+        lines.append(f"| `{cname}` | {e['n']} | {len(e['targets'])} | {_md_escape(how)} |")
+    kinds = Counter()
+    for (kind, _chain), e in summary["kinds"].items():
+        kinds[kind] += e["n"]
+    lines += ["", "## Guard kinds met", "", ", ".join(f"`{k}` {n}" for k, n in
+                                                      sorted(kinds.items())), ""]
+    lines += ["## Guard kind and source chain", "",
+              "Chains outermost first; `(A.B.C)*k` is k repetitions of A(B(C(...))).", "",
+              "| kind | source chain | entries | targets | example | handling |",
+              "|---|---|---|---|---|---|"]
+    for (kind, chain), e in sorted(summary["kinds"].items()):
+        how = f"refused: {e['refused']}" if e["refused"] else "translated"
+        lines.append(f"| {kind} | `{chain}` | {e['n']} | {len(e['targets'])} | "
+                     f"`{_md_escape(e['example'])[:90]}` | {_md_escape(how)[:200]} |")
+    if skipped:
+        lines += ["", "## No input rule", ""]
+        lines += [f"- `{k}`: {_md_escape(v)}" for k, v in sorted(skipped.items())]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(data: dict, out: Path, tag: str) -> tuple:
+    out.mkdir(parents=True, exist_ok=True)
+    js = out / f"guard_sweep_{tag}.json"
     js.write_text(json.dumps(data, indent=1, default=str))
+    md = out / f"guard_sweep_{tag}.md"
+    md.write_text(render_md(data, f"Guard sweep: {tag}"))
     return md, js
 
 
@@ -1217,6 +1260,9 @@ def main(argv=None) -> int:
     ap.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", default="benchmarks/results")
     ap.add_argument("--tag", default=None)
+    ap.add_argument("--render", default=None, metavar="JSON",
+                    help="write the markdown report of an earlier run's JSON (with --out, --tag)")
+    ap.add_argument("--title", default=None, help="the rendered report's title")
     a = ap.parse_args(argv)
     if not (a.transformers or a.flaggems or a.flaggems_stub or a.liger):
         a.transformers = True
@@ -1224,7 +1270,15 @@ def main(argv=None) -> int:
     for name, fg, other in (("jobs", 8, 1), ("budget_s", 170.0, 0.0), ("op_timeout_s", 30.0, 0.0)):
         if getattr(a, name) is None:
             setattr(a, name, fg if a.flaggems else other)
+    if a.render:  # a report again, from its JSON
+        data = json.loads(Path(a.render).read_text())
+        Path(a.out).mkdir(parents=True, exist_ok=True)
+        md = Path(a.out) / f"guard_sweep_{a.tag or 'rendered'}.md"
+        md.write_text(render_md(data, a.title or f"Guard sweep: {a.tag or 'rendered'}"))
+        print(f"wrote {md}")
+        return 0
     started = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    t_run = time.perf_counter()
     tag = a.tag or ("_".join(x for x, on in (("transformers", a.transformers),
                                                ("flaggems", a.flaggems),
                                                ("flaggems-stub", a.flaggems_stub),
@@ -1238,7 +1292,8 @@ def main(argv=None) -> int:
             {"skipped": skipped, "results": [_result_to_dict(r) for r in results]}))
         return 0
     summary = summarize(results)
-    md, js = write_report(results, skipped, summary, a, Path(a.out), tag, started)
+    data = report_data(results, skipped, summary, started, time.perf_counter() - t_run)
+    md, js = write_report(data, Path(a.out), tag)
     print_table(results, summary, skipped)
     print(f"wrote {md} and {js}")
     return 0
