@@ -1304,6 +1304,8 @@ def _targets(a) -> tuple:
     if a.transformers:
         targets += transformers_targets([m for m in a.models.split(",") if m],
                                         [x for x in a.attn.split(",") if x])
+    if a.liger:  # before FlagGems' operators, which a budget may cut
+        targets += liger_targets(a.device or "cuda")
     fg_only = {o for o in a.ops.split(",") if o} or None
     if a.flaggems:
         t, s = flaggems_targets(a.device or "cuda", only=fg_only)
@@ -1313,8 +1315,6 @@ def _targets(a) -> tuple:
         t, s = flaggems_targets(a.device or "cpu", stub=True, only=fg_only)
         targets += t
         skipped.update(s)
-    if a.liger:
-        targets += liger_targets(a.device or "cuda")
     keep = {x for x in a.targets.split(",") if x}
     if keep:
         targets = [t for t in targets if t.name in keep]
