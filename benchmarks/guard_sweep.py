@@ -1288,8 +1288,7 @@ def main(argv=None) -> int:
     else:
         results, skipped = _sweep(a)
     if a.worker_out:
-        Path(a.worker_out).write_text(json.dumps(
-            {"skipped": skipped, "results": [_result_to_dict(r) for r in results]}))
+        _write_worker(a.worker_out, results, skipped)
         return 0
     summary = summarize(results)
     data = report_data(results, skipped, summary, started, time.perf_counter() - t_run)
@@ -1337,7 +1336,16 @@ def _sweep(a) -> tuple:
         results.append(r)
         print(f"  {t.group}.{t.name}: {r.outcome} ({r.seconds:.1f} s) {r.detail[:120]}",
               flush=True)
+        if a.worker_out:  # after every target: a worker that crashes later loses only the rest
+            _write_worker(a.worker_out, results, skipped)
     return results, skipped
+
+
+def _write_worker(path, results, skipped) -> None:
+    tmp = Path(str(path) + ".tmp")
+    tmp.write_text(json.dumps({"skipped": skipped,
+                               "results": [_result_to_dict(r) for r in results]}))
+    tmp.replace(path)
 
 
 def _run_workers(a, argv) -> tuple:
@@ -1365,7 +1373,11 @@ def _run_workers(a, argv) -> tuple:
         p.wait()
         if out.exists():
             d = json.loads(out.read_text())
-            per.append(([_result_from_dict(x) for x in d["results"]], d["skipped"]))
+            rs = [_result_from_dict(x) for x in d["results"]]
+            if p.returncode:
+                rs.append(Result("worker", f"{len(per)}", "error",
+                                 f"worker exited with {p.returncode} after {len(rs)} targets"))
+            per.append((rs, d["skipped"]))
         else:
             per.append(([Result("worker", f"{len(per)}", "error",
                                 f"worker exited with {p.returncode} and no results")], {}))
