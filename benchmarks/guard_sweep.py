@@ -1304,7 +1304,11 @@ def _targets(a) -> tuple:
         targets += transformers_targets([m for m in a.models.split(",") if m],
                                         [x for x in a.attn.split(",") if x])
     if a.liger:  # before FlagGems' operators, which a budget may cut
-        targets += liger_targets(a.device or "cuda")
+        try:
+            targets += liger_targets(a.device or "cuda")
+        except ImportError as e:
+            print(f"--liger: {e}; no Liger targets", flush=True)
+            skipped["liger_kernel"] = f"not importable: {e}"
     fg_only = {o for o in a.ops.split(",") if o} or None
     if a.flaggems:
         t, s = flaggems_targets(a.device or "cuda", only=fg_only)
