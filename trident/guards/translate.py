@@ -163,10 +163,14 @@ class SourceConverter:
             idx = src.index
             if isinstance(idx, (int, str)) and not isinstance(idx, bool):
                 return ir.Item(self(src.base), idx)
-        if (cls == "DictGetItemSource" and type(src.index).__name__ == "ConstDictKeySource"
+        if (cls in ("DictGetItemSource", "DictSubclassGetItemSource")
+                and type(src.index).__name__ == "ConstDictKeySource"
                 and src.index.base == src.base and type(src.index.index) is int
                 and src.index.index >= 0):
-            # d[list(dict.keys(d))[i]]: the i-th value
+            # d[list(dict.keys(d))[i]]: the i-th value.  For a dict subclass (a transformers
+            # ModelOutput argument: `o["logits"]`, `o[0]`, `o.to_tuple()`) Dynamo reads
+            # `dict.__getitem__(o, list(dict.keys(o))[i])`, the dict's own storage past the
+            # subclass's __getitem__: what PyDict_Next in trt_dict_entry_at reads too.
             return ir.DictEntryAt(self(src.base), src.index.index, value=True)
         if cls == "DictGetItemSource":
             idx = src.index
