@@ -148,8 +148,14 @@ for name in NAMES:
     torch.testing.assert_close(fn(*args[name]), eager(*args[name]), **tol)
     if mode != "compile":
         st = trident.stats(fn)
-        out["checks"][name] = {"captures": st["captures"], "hits": sum(st["hits"]),
-                               "compiled": st["compiled_units"], "origins": st.get("origins")}
+        c = out["checks"][name] = {"captures": st["captures"], "hits": sum(st["hits"]),
+                                   "compiled": st["compiled_units"],
+                                   "origins": st.get("origins")}
+        if c["captures"] or not c["hits"] or c["compiled"]:  # why: explain's summary lines
+            text = trident.explain(fn).splitlines()
+            c["why"] = [ln.strip() for ln in text if not ln.startswith("    ")
+                        or "not persisted" in ln or "not loaded" in ln or "note:" in ln
+                        or "runs eagerly" in ln][:40]
 out["dynamo_imported"] = "torch._dynamo" in sys.modules and mode != "compile"
 print(json.dumps(out))
 '''
@@ -231,6 +237,21 @@ def main():
     print(report)
 
 
+def _failures(bad) -> list[str]:
+    """One block per function that was not served from disk, with explain's reasons (the
+    first failing run of each)."""
+    out, seen = [], set()
+    for _, checks in bad:
+        for name, c in checks.items():
+            if name in seen or not (c["captures"] or not c["hits"] or c["compiled"]):
+                continue
+            seen.add(name)
+            out.append(f"  - `{name}`: captures {c['captures']}, hits {c['hits']}, compiled "
+                       f"{c['compiled']}, origins {c['origins']}")
+            out += [f"    - {ln}" for ln in c.get("why", [])]
+    return out
+
+
 def _median(rows, get) -> float:
     return statistics.median(get(r) for r in rows)
 
@@ -276,7 +297,8 @@ def _report(a, torch, warm, runs, bad) -> str:
               "- checks: " + ("every Trident-from-disk run served each function's first call "
                               "with 0 captures, hits > 0 and no C unit compiled; Dynamo was "
                               f"{'imported' if any(r['dynamo_imported'] for r in runs['trident']) else 'never imported'} "
-                              "in those processes" if not bad else f"FAILED: {bad}"),
+                              "in those processes" if not bad else "FAILED:"),
+              *_failures(bad),
               "- warm-up runs (ms, total): " + "; ".join(
                   f"{TITLES[m]}: " + ", ".join(f"{r['total_ms']:.0f}" for r in rs)
                   for m, rs in warm.items()),
