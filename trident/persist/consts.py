@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..ir.launch import Resolver
 from .key import code_digest, canon
 
 
@@ -89,12 +90,50 @@ def _fp(obj, h, depth: int) -> None:
         h.update(f"B{getattr(obj, '__name__', '')}".encode())  # C code or a module: by name
     else:
         h.update(b"I")
-        for attr in ("__wrapped__", "fn"):  # a decorator's function, a Triton JITFunction's
-            inner = getattr(obj, attr, None)
-            if isinstance(inner, types.FunctionType):
+        key = getattr(obj, "cache_key", None) if _is_triton(obj) else None
+        if isinstance(key, str):  # a @triton.jit function: Triton's digest of its source,
+            h.update(b"K" + key.encode())  # the jit functions it calls and their constexprs
+        _triton_wrapper(obj, h)
+        for attr in ("__wrapped__", "fn"):  # a decorator's function, a Triton JITFunction's,
+            inner = getattr(obj, attr, None)  # an autotuner's or heuristics' kernel
+            if isinstance(inner, types.FunctionType) or (
+                    inner is not None and _is_triton(inner)):
                 _fp(inner, h, depth + 1)
         if not _keyed(type(obj).__module__):
             _fp(type(obj), h, depth + 1)
+
+
+def _is_triton(obj) -> bool:
+    return _is_triton_class(type(obj))
+
+
+def _is_triton_class(cls) -> bool:
+    return isinstance(cls, type) and any(
+        c.__module__.startswith("triton.") for c in cls.__mro__)
+
+
+def _triton_wrapper(obj, h) -> None:
+    """What an @triton.autotune or @triton.heuristics object decides with: its configs (each
+    config's constexprs, warps, stages, CTAs), key names and hook/heuristic functions."""
+    if not _is_triton(obj):
+        return
+    for c in getattr(obj, "configs", None) or ():
+        h.update(b"c" + str(c).encode() + (b"+hook" if getattr(c, "pre_hook", None) else b""))
+    for attr in ("keys", "arg_names"):
+        names = getattr(obj, attr, None)
+        if isinstance(names, (list, tuple)):
+            h.update(f"{attr}={list(map(str, names))}".encode())
+    values = getattr(obj, "values", None)
+    if isinstance(values, dict):  # @triton.heuristics: name -> function of the arguments
+        for k in sorted(values, key=str):
+            h.update(f"h{k}=".encode())
+            if isinstance(values[k], types.FunctionType):
+                _fp(values[k], h, 1)
+    for attr in ("early_config_prune", "perf_model", "pre_hook", "post_hook"):
+        f = getattr(obj, attr, None)
+        if isinstance(f, types.FunctionType):
+            h.update(attr.encode())
+            _fp(f, h, 1)
 
 
 # -- constants: encoded as plain data, re-resolved on load ------------------------------------
@@ -205,7 +244,53 @@ def encode(obj, ctx: Ctx, depth: int = 0):
         if owner is None:
             raise NoName(f"code object {obj.co_qualname} belongs to no pooled function")
         return ("code_of", encode(owner, ctx, depth + 1))
+    if isinstance(obj, Resolver):
+        return _encode_resolver(obj, ctx, depth)
+    if _is_triton(obj) and type(obj).__name__ == "Config" and hasattr(obj, "__setstate__"):
+        if getattr(obj, "pre_hook", None) is not None:
+            raise NoName("a Triton config with a pre_hook")
+        return ("tconfig", encode(type(obj), ctx, depth + 1),
+                encode(dict(vars(obj)), ctx, depth + 1))
     return _named(obj, ctx, depth)
+
+
+class _Configs:
+    """What a persisted Resolver keeps of the autotuner Dynamo rebuilt at the capture (its
+    configs, heuristics folded in, in Dynamo's order): all the Resolver reads of it."""
+
+    def __init__(self, configs):
+        self.configs = list(configs)
+
+
+def _encode_resolver(r: Resolver, ctx: Ctx, depth: int):
+    """An autotuned launch's Resolver as data: its user's autotuner by name (the one eager
+    calls for a new key), Dynamo's configs, the key's description and the variants it has
+    chosen so far (CUBINs and launch parameters, plain data), so that a new process launches
+    the keys the capturing one tuned without tuning them again, as Triton's and FlagGems'
+    tuning caches let eager do."""
+    e = lambda x: encode(x, ctx, depth + 1)  # noqa: E731
+    user = e(r.user_tuner)
+    jit = ("attr", user, "fn") if getattr(r.user_tuner, "fn", None) is r.jit else e(r.jit)
+    state = {"names": r.names, "kinds": r.kinds, "transforms": r.transforms,
+             "nrows": r.nrows, "table": dict(r.table), "configs": dict(r.configs),
+             "python_only": dict(r.python_only)}
+    return ("resolver", user, jit, tuple(e(c) for c in r.dynamo_tuner.configs),
+            e(r.const_kwargs), ("ir", dict(r.args)), e(state))
+
+
+def _decode_resolver(node, ctx: Ctx) -> Resolver:
+    from ..native import build
+
+    _, user, jit, configs, const_kwargs, args, state = node
+    st = decode(state, ctx)
+    r = Resolver(_Configs(decode(c, ctx) for c in configs), decode(user, ctx),
+                 decode(jit, ctx), st["names"], st["kinds"], decode(const_kwargs, ctx),
+                 args[1], build.runtime_module(), st["nrows"], st["transforms"])
+    for key, v in st["table"].items():
+        r.table[key] = r.kernels.setdefault(v, v)
+    r.configs.update(st["configs"])
+    r.python_only.update(st["python_only"])
+    return r
 
 
 def _owning_module(d: dict) -> str | None:
@@ -244,6 +329,17 @@ def _named(obj, ctx: Ctx, depth: int):
     for k, v in ctx.globals.items():  # an object of the function's module, by its global name
         if v is obj and isinstance(k, str) and k.isidentifier() and not k.startswith("__"):
             return ("global", k, fingerprint(obj))
+    # An instance bound to a global of the module that defines what it wraps (an autotuner
+    # over a kernel of a library's module): by that module and name.
+    inner = obj
+    for _ in range(4):
+        inner = getattr(inner, "fn", None) or getattr(inner, "__wrapped__", None)
+        home = getattr(inner, "__module__", None)
+        if not isinstance(home, str) or home == module:
+            continue
+        for k, v in list(getattr(sys.modules.get(home), "__dict__", {}).items()):
+            if v is obj and isinstance(k, str) and k.isidentifier() and not k.startswith("__"):
+                return ("ref", home, k, fingerprint(obj))
     desc = repr(obj)
     desc = desc if len(desc) <= 60 else desc[:57] + "..."
     raise NoName(f"{desc} ({type(obj).__qualname__}) has no name to re-resolve it by")
@@ -322,6 +418,15 @@ def decode(node, ctx: Ctx):
             raise Unresolved(f"{cls!r} has no member {node[2]!r}") from None
     if tag == "code_of":
         return decode(node[1], ctx).__code__
+    if tag == "tconfig":
+        cls, state = decode(node[1], ctx), decode(node[2], ctx)
+        if not _is_triton_class(cls) or cls.__name__ != "Config":
+            raise Unresolved(f"{cls!r} is not Triton's Config")
+        cfg = cls.__new__(cls)
+        cfg.__setstate__(state)
+        return cfg
+    if tag == "resolver":
+        return _decode_resolver(node, ctx)
     raise Unresolved(f"unknown constant kind {tag!r}")
 
 
