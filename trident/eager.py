@@ -142,6 +142,7 @@ def describe_key(key: tuple) -> str:
 class NegativeEntry:
     reason: str
     calls: int = 0
+    retries: int = 0  # captures still to try for this key (see SCM._refused)
 
 
 class NegativeEntries:
@@ -158,9 +159,18 @@ class NegativeEntries:
             return None
         return self.entries.get(key)
 
-    def add(self, key, reason: str) -> None:
-        if key is not None:
-            self.entries.setdefault(key, NegativeEntry(reason))
+    def add(self, key, reason: str, retries: int = 0) -> tuple:
+        """(the key's entry, whether it is new); (None, False) for no key."""
+        if key is None:
+            return None, False
+        old = self.entries.get(key)
+        if old is not None:
+            return old, False
+        entry = self.entries[key] = NegativeEntry(reason, retries=retries)
+        return entry, True
+
+    def discard(self, key) -> None:
+        self.entries.pop(key, None)
 
     def items(self):
         return self.entries.items()

@@ -70,6 +70,8 @@ class SCM:
         # Refused paths whose guards are not translatable: call key -> eager.NegativeEntry.
         self.negatives = eager.NegativeEntries()
         self._eager_keys: set = set()  # the call keys the eager versions were made from
+        # Set when versions were loaded from disk: the next miss runs eagerly, uncaptured.
+        self._restored_miss_eager = False
         self._warned: set = set()  # reasons already warned of (numbers left out)
         # Index of the first version whose capture found that this function's Triton
         # launches need static shapes; from then on misses capture statically.
@@ -103,6 +105,7 @@ class SCM:
         with self.lock:
             # The first miss in this process: the versions an earlier process persisted.
             if persist.restore(self):
+                self._restored_miss_eager = True
                 return self.function(*args, **kwargs)
             # Another thread may have installed a version serving this call
             # while this one waited for the lock: try the SCM once more.
@@ -137,11 +140,22 @@ class SCM:
         # Read before the call, which may change its arguments.
         key = eager.call_key(self._signature, args, kwargs, self.rt.global_state())
         neg = self.negatives.get(key)
-        if neg is not None:  # a refused path whose guards are not translatable
+        if neg is not None and not neg.retries:  # a refused path, guards not translatable
             neg.calls += 1
             return self.fn(*args, **kwargs)
+        if neg is not None:  # its capture once more: see _refused
+            neg.retries -= 1
         reason = self._miss_reason()
         self.stats.misses += 1
+        if self._restored_miss_eager:
+            # The first miss after loading versions from disk runs eagerly, uncaptured: a
+            # library that builds state on its first call in a process (FlagGems generates
+            # and caches its pointwise kernels) then meets the loaded version's guards on the
+            # next call, without Dynamo.  A second miss captures.
+            self._restored_miss_eager = False
+            persist.note(self, f"the first miss after loading ({reason}) ran eagerly, "
+                         "without a capture")
+            return self.fn(*args, **kwargs)
         if self.versions and config.assert_no_recompile():
             raise RecompileError(f"{self.fn.__qualname__}: specialization miss ({reason})")
         if len(self.versions) + len(self.negatives) >= self.options.max_versions:
@@ -162,7 +176,8 @@ class SCM:
             # path runs eagerly from now on.
             t = time.perf_counter() - t0
             result = self.fn(*args, **kwargs)
-            self._refused(f"capture failed: {e}", getattr(e, "guards", None), key, reason, t)
+            self._refused(f"capture failed: {e}", getattr(e, "guards", None), key, reason, t,
+                          retry=True)
             return result
         except UnsupportedError as e:
             self._refused(str(e), getattr(e, "guards", None), key, reason,
@@ -172,6 +187,7 @@ class SCM:
             # refused before anything ran: the call runs eagerly
             return self.fn(*args, **kwargs)
         self.stats.captures += 1
+        self.negatives.discard(key)  # a retried capture that worked
         if cap.triton_needs_static and self.static_after is None:
             self.static_after = len(self.versions)
             cap = cap.with_note("later misses capture with static shapes at once")
@@ -302,14 +318,18 @@ class SCM:
         text kept per rebuild would grow as N^2)."""
         return self._source.text() if self._source is not None else None
 
-    def _refused(self, why: str, path_guards, key, reason: str, t_capture: float) -> None:
+    def _refused(self, why: str, path_guards, key, reason: str, t_capture: float,
+                 retry: bool = False) -> None:
         """A capture refused for a reason of its path (`why`): that path runs eagerly from now
         on, the others stay native.  Under the guards Dynamo recorded for it (`path_guards`: a
         `capture.dynamo.PathGuards` or a `Capture`) it becomes an eager version; where those
         guards do not translate, or there are none, or an eager version made from the same
         call key did not serve it again (its own run changed what its guards read, such as a
-        list it appends to), a negative entry keyed on the call (`key`).  One warning per
-        reason; strict mode raises.  The caller runs the call (or returns its result)."""
+        list it appends to), a negative entry keyed on the call (`key`).  A negative entry
+        for a capture Dynamo stopped in (`retry`) is captured once more at its next call,
+        warning only if that fails too: the eager run after the failed capture may have built
+        what Dynamo stopped at (a library's lazily generated and cached kernels).  One warning
+        per reason; strict mode raises.  The caller runs the call (or returns its result)."""
         if self.options.strict:  # TRIDENT_STRICT was folded in by jit()
             raise UnsupportedError(f"trident.jit({self.fn.__qualname__}): {why}")
         self.stats.fallbacks += 1
@@ -338,8 +358,12 @@ class SCM:
             return
         except UnsupportedError as e:
             # The path's guards cannot serve natively: calls with this key run eagerly.
-            self.negatives.add(key, why if str(e) == why else
-                               f"{why} (and its guards cannot be checked natively: {e})")
+            entry, new = self.negatives.add(
+                key, why if str(e) == why else
+                f"{why} (and its guards cannot be checked natively: {e})",
+                retries=1 if retry else 0)
+            if new and entry is not None and entry.retries:
+                return  # warned if its capture fails again
         except BuildError as e:
             log.error("trident: %s", e)
             self._fall_back(_compiler_failed(e), None, None, stacklevel=6)

@@ -143,12 +143,17 @@ def test_triton_versions_load_from_disk_in_a_new_process(tmp_path):
     problems = []
     for name in a["names"]:
         ex = a[name]["explain"]
-        if a[name]["captures"] != 1 or "not persisted" in ex or a[name]["fallback"]:
+        if a[name]["captures"] != 1 or "not persisted" in ex or a[name]["fallback"] \
+                or "runs eagerly" in ex:
             problems.append("A " + _why(a, name))
     b = _run(tmp_path, root, 2)
     for name in b["names"]:
         c = b[name]
-        if c["captures"] or c["hits"] != 2 or c["compiled"] or c["origins"] != ["disk"]:
+        # FlagGems generates and caches a pointwise operator's kernel on its first call in a
+        # process, which the loaded version's guards read: that first call misses and runs
+        # eagerly (uncaptured) when those guards read that cache; the next hits.
+        hits = (1, 2) if name == "fg_silu" else (2,)
+        if c["captures"] or c["hits"] not in hits or c["compiled"] or c["origins"] != ["disk"]:
             problems.append("B " + _why(b, name))
     assert not problems, "\n\n".join(problems)
     assert not b["warnings"], b["warnings"]

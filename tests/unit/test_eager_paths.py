@@ -386,3 +386,65 @@ def test_a_result_that_cannot_be_described_costs_its_path(h, monkeypatch, record
     assert "cannot be described (KeyError" in st["fallback_reason"]
     assert [bool(v.eager) for v in trident.versions(f)] == [False, True]
     assert st["hits"] == [1, 1] and len(_warnings(rec)) == 1
+
+
+# ------------------------------------------------ a capture stopped by lazily built state
+
+
+_LAZY: dict = {}
+
+
+def _lazy(x):
+    k = _LAZY.get("scale")
+    if k is None:  # the first call in a process builds (and caches) what later calls use
+        print("trident-test-lazy", end="")  # Dynamo stops here
+        k = _LAZY["scale"] = 2.0
+    return x * k + 1
+
+
+def _always_breaks(x):
+    print("trident-test-always", end="")
+    return x - 1
+
+
+def _refuse_failed_paths(monkeypatch):
+    """Translation refuses the guards of every capture Dynamo stopped in (a negative entry)."""
+    from trident.capture.types import PathGuards
+    real = scm_mod.translate
+
+    def translate(entries, cap, fn, consts, rt):
+        if isinstance(cap, PathGuards):
+            raise UnsupportedError("guard source TEST_SOURCE is not translated")
+        return real(entries, cap, fn, consts, rt)
+
+    monkeypatch.setattr(scm_mod, "translate", translate)
+
+
+def test_a_capture_stopped_by_lazy_state_is_tried_once_more(h, monkeypatch, record_warnings,
+                                                            capsys):
+    _refuse_failed_paths(monkeypatch)
+    _LAZY.clear()
+    f = trident.jit(_lazy, dynamic=False)
+    with record_warnings() as rec:
+        for i in range(4):
+            x = h.rand(4, 3)
+            torch.testing.assert_close(f(x), x * 2.0 + 1)
+            if i == 0:  # the call ran eagerly; no warning yet, a retry is due
+                st = trident.stats(f)
+                assert st["versions"] == 0 and st["captures"] == 0
+    st = trident.stats(f)
+    assert st["captures"] == 1 and st["misses"] == 2 and st["hits"] == [2], trident.explain(f)
+    assert st["eager_paths"] == [] and not _warnings(rec)
+    assert capsys.readouterr().out.count("trident-test-lazy") == 1
+
+
+def test_a_capture_that_fails_again_warns_and_runs_eagerly(h, monkeypatch, record_warnings):
+    _refuse_failed_paths(monkeypatch)
+    f = trident.jit(_always_breaks, dynamic=False)
+    with record_warnings() as rec:
+        for _ in range(4):
+            h.check(f, _always_breaks, h.rand(4))
+    st = trident.stats(f)
+    assert st["captures"] == 0 and st["misses"] == 2, trident.explain(f)
+    assert len(st["eager_paths"]) == 1 and st["eager_paths"][0]["hits"] == 2
+    assert len(_warnings(rec)) == 1

@@ -173,8 +173,11 @@ def test_a_new_process_serves_hits_from_disk_without_capture_or_compiler(world, 
 
 def test_a_changed_global_or_default_misses_that_version(world, root):
     b = world.run(root, PERSIST_SCALE="3.0", PERSIST_K="5")
-    for name in "fg":  # the equality guards on SCALE and on k's default fail: captured again
+    for name in "fg":  # the equality guards on SCALE and on k's default fail: the first
+        # miss after loading runs eagerly, uncaptured; the second captures again
         assert b[name]["captures"] == 1 and b[name]["origins"] == ["disk", "captured"], b[name]
+        assert "the first miss after loading" in b[name]["explain"], b[name]["explain"]
+        assert b[name]["hits"] == 0
     assert b["h"]["captures"] == 0 and b["h"]["origins"] == ["disk"]
     assert not b["warnings"], b["warnings"]
     # Both versions are persisted now: a third process serves either without a capture.
@@ -404,3 +407,22 @@ def test_a_record_holds_only_trident_classes_and_plain_builtins():
 
     with pytest.raises(pickle.UnpicklingError, match="not allowed"):
         record._loads(pickle.dumps(io.BytesIO()))
+
+
+def deco_target(x):
+    return x
+
+
+class _Wrapper:
+    def __init__(self, fn):
+        self.fn = fn
+
+
+deco_target = _Wrapper(deco_target)  # the name now holds the wrapper (as @constexpr_function)
+
+
+def test_a_function_inside_a_decorator_object_resolves_through_its_name():
+    ctx = consts.Ctx(fn=_Wrapper, globals={}, builtins={})
+    node = consts.encode(deco_target.fn, ctx)
+    assert node[:1] == ("attr",) and node[2] == "fn", node
+    assert consts.decode(node, ctx) is deco_target.fn

@@ -84,3 +84,12 @@ def test_the_fingerprint_covers_the_kernel_source_and_the_configs(tmp_path, monk
     after = consts.fingerprint(b.scale_kernel), consts.fingerprint(b.scale_kernel.fn)
     assert after[0] != before[0]  # the autotuner: its configs and its kernel
     assert (after[1] != before[1]) == ("body" in change)  # the kernel: its source only
+
+
+def test_a_function_wrapped_by_a_decorator_object_resolves_through_it():
+    # Triton's @constexpr_function (triton.cdiv): Dynamo inlines, and guards, the function
+    # inside; the name `triton.cdiv` is the wrapper.
+    inner = triton.cdiv.fn
+    node = consts.encode(inner, _ctx())
+    assert node[0] == "attr" and node[2] == "fn", node
+    assert consts.decode(pickle.loads(pickle.dumps(node)), _ctx()) is inner

@@ -11,6 +11,6 @@ without Dynamo and without a C compiler.
 The SCM calls `restore` and `save` (scm.py); docs/cache.md says what is trusted.
 """
 
-from .record import describe, origins, restore, save
+from .record import describe, note, origins, restore, save
 
-__all__ = ["restore", "save", "origins", "describe"]
+__all__ = ["restore", "save", "origins", "describe", "note"]

@@ -293,6 +293,26 @@ def _decode_resolver(node, ctx: Ctx) -> Resolver:
     return r
 
 
+_INNER = ("fn", "__wrapped__", "__func__")
+
+
+def _inner_path(outer, obj, depth: int = 3) -> list | None:
+    """The attribute names that lead from a wrapper object to `obj` (fn, __wrapped__,
+    __func__; at most `depth` steps), or None."""
+    if outer is None or depth == 0 or isinstance(outer, (types.ModuleType, type)):
+        return None
+    for attr in _INNER:
+        inner = getattr(outer, attr, None)
+        if inner is None or inner is outer:
+            continue
+        if inner is obj:
+            return [attr]
+        rest = _inner_path(inner, obj, depth - 1)
+        if rest is not None:
+            return [attr] + rest
+    return None
+
+
 def _owning_module(d: dict) -> str | None:
     """The name in sys.modules of the module whose globals `d` is, or None."""
     return next((k for k, m in list(sys.modules.items())
@@ -308,6 +328,12 @@ def _named(obj, ctx: Ctx, depth: int):
             found = None
         if found is obj:
             return ("ref", module, qualname, fingerprint(obj))
+        path = _inner_path(found, obj)  # the function a decorator object at that name wraps
+        if path is not None:  # (Triton's constexpr_function, FlagGems' libentry)
+            node = ("ref", module, qualname, fingerprint(found))
+            for attr in path:
+                node = ("attr", node, attr)
+            return node
         name = getattr(obj, "__name__", None)  # torch.tensor: _VariableFunctionsClass.tensor
         if isinstance(name, str) and name != qualname and "<" not in name:
             try:

@@ -357,6 +357,11 @@ def save(scm) -> None:
 # -- seeing inside ------------------------------------------------------------------------------
 
 
+def note(scm, text: str) -> None:
+    """A line for explain's persistence section."""
+    _state(scm).notes.append(text)
+
+
 def origins(scm) -> list[str]:
     """Per version: "disk" (loaded from a record an earlier process wrote) or "captured"."""
     st = scm.__dict__.get("_persist")
