@@ -156,6 +156,8 @@ class SCM:
             persist.note(self, f"the first miss after loading ({reason}) ran eagerly, "
                          "without a capture")
             return self.fn(*args, **kwargs)
+        if persist.retry(self):  # versions whose paths that eager call may have built
+            return self.function(*args, **kwargs)
         if self.versions and config.assert_no_recompile():
             raise RecompileError(f"{self.fn.__qualname__}: specialization miss ({reason})")
         if len(self.versions) + len(self.negatives) >= self.options.max_versions:

@@ -307,6 +307,130 @@ def test_a_generated_modules_globals_persist_and_stay_guarded(tmp_path):
     assert c["captures"] == 1, c
 
 
+# -- a module a library generates on its first call (FlagGems' pointwise_dynamic) -----------------
+
+# plib generates `_gen_<rank>` from a file on the first call of each rank, outside sys.modules,
+# its globals then updated with plib's (name, spec and loader included), and keeps the generated
+# wrapper in `overloads`, as FlagGems' PointwiseDynamicFunction does.  A wrapper object over an
+# instance of a class made inside a function stands for FlagGems' libentry over a LibTuner of
+# its register_policy class.  A new process has no generated module until the library's first
+# call: the record's version waits for one call (which runs eagerly), then loads.
+LAZY = {
+    "plib.py": '''
+import importlib.util
+import os
+import tempfile
+
+import torch
+
+SHIFT = float(os.environ.get("PERSIST_SHIFT", "1.0"))
+_GEN = """
+def helper_rank_{rank}(x):
+    return x * SCALE
+
+def wrapper_rank_{rank}(x):
+    return helper_rank_{rank}(x) + SHIFT
+"""
+
+
+class Pointwise:
+    def __init__(self):
+        self.overloads = {}
+
+    def instantiate(self, rank):
+        key = f"{rank}_False"
+        if key in self.overloads:
+            return self.overloads[key]
+        path = os.path.join(tempfile.mkdtemp(), f"gen_{rank}.py")
+        with open(path, "w") as f:
+            f.write(_GEN.format(rank=rank))
+        spec = importlib.util.spec_from_file_location(f"_gen_{rank}", path)
+        m = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(m)
+        m.__dict__.update(globals())
+        m.SCALE = 2.0
+        self.overloads[key] = w = getattr(m, f"wrapper_rank_{rank}")
+        return w
+
+    def __call__(self, x):
+        return self.instantiate(x.ndim)(x)
+
+
+shifted = Pointwise()
+
+
+def _policy_class():
+    class Tuned:  # a class made in a function: its instances have no name of their own
+        def __init__(self, fn):
+            self.fn = fn
+
+        def __call__(self, x):
+            return self.fn(x)
+
+    return Tuned
+
+
+class Entry:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, x):
+        return self.fn(x)
+
+
+def _double(x):
+    return x * 2
+
+
+doubled = Entry(_policy_class()(_double))
+''',
+    "plazy.py": '''
+import plib
+import trident
+
+
+@trident.jit
+def entry(x):
+    return plib.shifted(x).relu() + plib.doubled.fn(x)
+''',
+    "driver.py": '''
+import json
+
+import torch
+
+import plib
+import plazy
+import trident
+
+for _ in range(4):
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(plazy.entry(x), plazy.entry.__wrapped__(x))
+st = trident.stats(plazy.entry)
+print(json.dumps({"captures": st["captures"], "hits": st["hits"],
+                  "origins": st["origins"], "explain": trident.explain(plazy.entry)}))
+''',
+}
+
+
+def test_a_lazily_generated_modules_version_loads_after_one_call(tmp_path):
+    w = World(tmp_path)
+    for name, text in LAZY.items():
+        (tmp_path / name if name == "driver.py" else w.src / name).write_text(text)
+    # Process A: the first call's path (which generates the module: Dynamo refuses the file
+    # writes) runs eagerly under its guards; the second captures the native version.
+    a = w.run(w.root)
+    assert a["captures"] == 1 and a["origins"] == ["captured"] * 2, a
+    assert a["hits"][1] == 2, a
+    assert "not persisted" not in a["explain"], a["explain"]
+    # Process B: the eager path loads; the native version's constants are the generated
+    # module's, which exist after the library's first call: loaded then, with no capture.
+    b = w.run(w.root)
+    assert b["captures"] == 0 and b["origins"] == ["disk"] * 2 and b["hits"][1] >= 1, b
+    assert "waits for a call" in b["explain"], b["explain"]
+    c = w.run(w.root, PERSIST_SHIFT="3.0")  # a global the generated module copied changed
+    assert c["captures"] >= 1 and c["hits"][-1] >= 1, c
+
+
 # -- in this process -----------------------------------------------------------------------------
 
 
@@ -426,3 +550,50 @@ def test_a_function_inside_a_decorator_object_resolves_through_its_name():
     node = consts.encode(deco_target.fn, ctx)
     assert node[:1] == ("attr",) and node[2] == "fn", node
     assert consts.decode(node, ctx) is deco_target.fn
+
+
+def _tuner_class():
+    class Tuner:  # made in a function, as FlagGems' LibTuner.register_policy makes its class
+        def __init__(self, fn):
+            self.fn = fn
+
+    return Tuner
+
+
+def _kernel(x):
+    return x
+
+
+kernel_entry = _Wrapper(_tuner_class()(_kernel))  # libentry(libtuner(kernel))
+
+
+def test_an_instance_inside_a_wrapper_at_a_global_resolves_through_that_global():
+    ctx = consts.Ctx(fn=_host, globals={}, builtins={})
+    tuner = kernel_entry.fn
+    node = consts.encode(tuner, ctx)
+    assert node[:1] == ("attr",) and node[1][:3] == ("ref", __name__, "kernel_entry"), node
+    assert consts.decode(node, ctx) is tuner
+    with pytest.raises(consts.NoName):  # the same kind of object bound nowhere
+        consts.encode(_tuner_class()(_kernel), ctx)
+
+
+def test_an_object_by_the_path_its_guard_reads():
+    from trident.ir import nodes as ir
+
+    ns = {"lib": types.SimpleNamespace(overloads={"2_False": _tuner_class()(_kernel)})}
+    ctx = consts.Ctx(fn=_host, globals=ns, builtins={})
+    obj = ns["lib"].overloads["2_False"]
+    src = ir.Item(ir.Attr(ir.Global("lib"), "overloads"), "2_False")
+    node = consts.encode_at(obj, src, ctx)
+    assert consts.decode_at(node, ctx, None, {}) is obj
+    assert consts.decode_at(consts.encode_at(type(obj), ir.TypeOf(src), ctx), ctx, None,
+                            {}) is type(obj)
+    ns["lib"].overloads.clear()  # not built yet in this process: tried again after a call
+    with pytest.raises(consts.Pending):
+        consts.decode_at(node, ctx, None, {})
+    ns["lib"].overloads["2_False"] = _tuner_class()(_plain)  # other code at that path
+    with pytest.raises(consts.Unresolved) as e:
+        consts.decode_at(node, ctx, None, {})
+    assert not isinstance(e.value, consts.Pending)
+    with pytest.raises(consts.NoName):  # a path from an argument cannot be followed
+        consts.encode_at(obj, ir.Attr(ir.Local(0, "x"), "fn"), ctx)

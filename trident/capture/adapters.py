@@ -517,10 +517,20 @@ def _foreign_globals(orig):
         mod = sys.modules.get(g.get("__name__")) if isinstance(g.get("__name__"), str) else None
         if mod is None or getattr(mod, "__dict__", None) is g:
             return orig(self, name)
-        from torch._dynamo.source import DictGetItemSource, GlobalSource
+        from torch._dynamo.source import AttrSource, DictGetItemSource, GlobalSource
         from torch._dynamo.variables import builder as B
 
-        # A Trident-owned alias in the root frame's globals for this capture only (removed
+        # Where Dynamo knows how it reached the function (FlagGems: an item of its
+        # PointwiseDynamicFunction's `overloads`), its globals are that function's
+        # `__globals__`: the version reads them through that path at each call, and a record
+        # names them, and what they hold, by it (a new process finds them once the library
+        # has generated its module again; persist.consts' "at" nodes).
+        funcvar = getattr(self, "funcvar", None)
+        fsrc = getattr(funcvar, "source", None)
+        if fsrc is not None and getattr(getattr(funcvar, "fn", None), "__globals__", None) is g:
+            src = AttrSource(fsrc, "__globals__")
+            return g, B.VariableBuilder(self, src)(g), DictGetItemSource(src, name)
+        # Otherwise a Trident-owned alias in the root frame's globals for this capture only (removed
         # by `active` on the way out), listed among the globals Dynamo installed: the
         # version's guards read the dict itself as a constant (guards.translate's
         # SourceConverter.installed), never the alias, and a record names that dict by the

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..ir import nodes as ir
 from ..ir.launch import Resolver
 from .key import code_digest, canon
 
@@ -147,6 +148,11 @@ class Unresolved(Exception):
     """A persisted name that does not resolve (or resolves to changed code) in this process."""
 
 
+class Pending(Unresolved):
+    """A persisted path that does not resolve yet in this process (state a library builds on
+    its first call, such as FlagGems' generated kernels): worth one more try after a call."""
+
+
 @dataclass
 class Ctx:
     """What the process-dependent nodes stand for: the SCM's function, its globals dict and
@@ -161,7 +167,7 @@ class Ctx:
 _TORCH_ENUMS = (torch.dtype, torch.layout, torch.memory_format)
 # Nodes that stand for an object by what it is in the process (not a copy of a value).
 BY_NAME = {"fn", "fn_code", "caller", "sys.modules", "builtins", "globals", "module", "moddict",
-            "ref", "global", "attr", "enum", "code_of", "torch"}
+            "ref", "global", "attr", "enum", "code_of", "torch", "at"}
 
 
 def _caller_type():
@@ -302,7 +308,10 @@ def _inner_path(outer, obj, depth: int = 3) -> list | None:
     if outer is None or depth == 0 or isinstance(outer, (types.ModuleType, type)):
         return None
     for attr in _INNER:
-        inner = getattr(outer, attr, None)
+        try:
+            inner = getattr(outer, attr, None)
+        except Exception:  # noqa: BLE001 - a lazy attribute that fails: not a wrapper
+            continue
         if inner is None or inner is outer:
             continue
         if inner is obj:
@@ -361,11 +370,19 @@ def _named(obj, ctx: Ctx, depth: int):
     for _ in range(4):
         inner = getattr(inner, "fn", None) or getattr(inner, "__wrapped__", None)
         home = getattr(inner, "__module__", None)
-        if not isinstance(home, str) or home == module:
+        if not isinstance(home, str):
             continue
         for k, v in list(getattr(sys.modules.get(home), "__dict__", {}).items()):
-            if v is obj and isinstance(k, str) and k.isidentifier() and not k.startswith("__"):
+            if not isinstance(k, str) or not k.isidentifier() or k.startswith("__"):
+                continue
+            if v is obj:
                 return ("ref", home, k, fingerprint(obj))
+            path = _inner_path(v, obj)  # wrapped once more: FlagGems' libentry over the
+            if path is not None:  # libtuner its register_policy class made
+                node = ("ref", home, k, fingerprint(v))
+                for attr in path:
+                    node = ("attr", node, attr)
+                return node
     desc = repr(obj)
     desc = desc if len(desc) <= 60 else desc[:57] + "..."
     raise NoName(f"{desc} ({type(obj).__qualname__}) has no name to re-resolve it by")
@@ -454,6 +471,63 @@ def decode(node, ctx: Ctx):
     if tag == "resolver":
         return _decode_resolver(node, ctx)
     raise Unresolved(f"unknown constant kind {tag!r}")
+
+
+# -- objects by the path a guard reads ----------------------------------------------------------
+
+
+def _path_ok(src) -> bool:
+    """A path evaluable without the call's arguments: from the globals or a pooled object,
+    through attributes and items."""
+    while isinstance(src, (ir.Attr, ir.Item, ir.TypeOf)):
+        src = src.base
+    return isinstance(src, (ir.Global, ir.ConstObj))
+
+
+def encode_at(obj, src, ctx: Ctx):
+    """An object with no name, by the path its identity guard reads (`src`, an IR source), with
+    its fingerprint; NoName where that path starts from an argument."""
+    if not _path_ok(src):
+        raise NoName(f"{_short(obj)} has no name and its guard reads it through {src}")
+    return ("at", src, fingerprint(obj))
+
+
+def decode_at(node, ctx: Ctx, const, installed: dict):
+    """The object an "at" node stands for: its path evaluated in this process (`const(k)`: the
+    version's k-th constant; `installed`: the module aliases the version's Dynamo capture put in
+    the globals, before they are installed).  Pending where the path does not resolve (yet); Unresolved where
+    it resolves to other code than the capture's."""
+    _, src, fp = node
+    obj = _eval_path(src, ctx, const, installed)
+    _check_fingerprint(obj, fp, f"the object at {src}")
+    return obj
+
+
+def _eval_path(src, ctx: Ctx, const, installed: dict):
+    if isinstance(src, ir.Global):
+        if src.name in installed:
+            return installed[src.name]
+        if src.name in ctx.globals:
+            return ctx.globals[src.name]
+        if src.name in ctx.builtins:
+            return ctx.builtins[src.name]
+        raise Pending(f"global {src.name!r} is not defined (yet)")
+    if isinstance(src, ir.ConstObj):
+        return const(src.index)
+    base = _eval_path(src.base, ctx, const, installed)
+    if isinstance(src, ir.TypeOf):
+        return type(base)
+    try:
+        if isinstance(src, ir.Attr):
+            return getattr(base, src.name)
+        return base[const(src.const) if src.const >= 0 else src.key]
+    except (AttributeError, LookupError) as e:
+        raise Pending(f"{src} does not resolve (yet): {type(e).__name__}: {e}") from None
+
+
+def _short(obj) -> str:
+    desc = repr(obj)
+    return desc if len(desc) <= 60 else desc[:57] + "..."
 
 
 def load_module(name: str):

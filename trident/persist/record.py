@@ -36,7 +36,8 @@ from pathlib import Path
 from .. import config
 from ..ir import nodes as ir
 from ..native import build
-from .consts import BY_NAME, Ctx, NoName, Unresolved, decode, encode, load_module
+from .consts import (BY_NAME, Ctx, NoName, Pending, Unresolved, decode, decode_at, encode,
+                     encode_at, load_module)
 from .key import FORMAT, environment, function_key
 
 log = logging.getLogger("trident")
@@ -65,6 +66,9 @@ def _walk(node, out: dict) -> None:
         out["objects"].add(node.index)
     elif isinstance(node, ir.IdMatch):
         out["identity"].add(node.const)
+        out["paths"].setdefault(node.const, node.source)
+    elif isinstance(node, ir.TypeMatch):
+        out["paths"].setdefault(node.type_const, ir.TypeOf(node.source))
     for f in dataclasses.fields(node):
         if f.name != "consts":
             _walk(getattr(node, f.name), out)
@@ -77,9 +81,16 @@ _IMPORT_ALIAS = "__import_"
 def encode_version(v: ir.Version, ctx: Ctx, unit_text: str | None) -> bytes:
     """A version as the bytes of its record entry, or NoName where it cannot be persisted."""
     ctx = dataclasses.replace(ctx, pool=v.consts)
-    seen = {"globals": set(), "identity": set(), "objects": set()}
+    seen = {"globals": set(), "identity": set(), "objects": set(), "paths": {}}
     _walk((v.guards, v.program, v.output), seen)
-    consts = [encode(c, ctx) for c in v.consts]
+    consts = []
+    for i, c in enumerate(v.consts):
+        try:
+            consts.append(encode(c, ctx))
+        except NoName:
+            if i not in seen["paths"]:
+                raise
+            consts.append(encode_at(c, seen["paths"][i], ctx))  # by the path its guard reads
     # An object compared by identity, or read as a source (a live object), must be found by
     # name again; a pooled tensor (a graph constant the program loads) may be a copy.
     for i in seen["identity"] | seen["objects"]:
@@ -109,11 +120,23 @@ def decode_version(blob: bytes, ctx: Ctx, index: int) -> tuple:
     v = entry["ir"]
     if not isinstance(v, ir.Version):
         raise Unresolved("not a version")
-    consts = tuple(decode(n, ctx) for n in entry["consts"])
+    # Dynamo's module aliases first: a path may start at one.
     installed = {name: decode(n, ctx) for name, n in entry["installed"].items()}
     for name, obj in installed.items():
         if ctx.globals.get(name, obj) is not obj:
             raise Unresolved(f"global {name} is another object here")
+    nodes, done, busy = entry["consts"], {}, set()
+
+    def const(k: int):
+        if k not in done:
+            if k in busy or not 0 <= k < len(nodes):
+                raise Unresolved(f"constant {k} refers to itself")
+            busy.add(k)
+            n = nodes[k]
+            done[k] = decode_at(n, ctx, const, installed) if n[0] == "at" else decode(n, ctx)
+        return done[k]
+
+    consts = tuple(const(k) for k in range(len(nodes)))
     same = v.index == index
     return dataclasses.replace(v, consts=consts, index=index), installed, entry["unit"], same
 
@@ -152,6 +175,7 @@ class _State:
     record: Path | None = None  # the record loaded or last written
     content: str | None = None  # digest of its versions
     dropped: list = field(default_factory=list)  # why recorded versions were not loaded
+    pending: list = field(default_factory=list)  # (index, blob) of versions waiting for a call
     notes: list = field(default_factory=list)
     warned: bool = False
 
@@ -232,9 +256,9 @@ def loadable(max_versions: int) -> int:
 
 def restore(scm) -> bool:
     """On the first miss of `scm` in this process, install the versions an earlier process
-    persisted for it.  True if versions were installed (the caller then calls the function
-    again); False for a miss as before (no record, TRIDENT_CACHE=off, or a failure, which
-    warns once)."""
+    persisted for it.  True if versions were installed or wait for one call (`Pending`: the
+    caller calls the function again, and its next miss runs eagerly, then `retry`); False for a
+    miss as before (no record, TRIDENT_CACHE=off, or a failure, which warns once)."""
     st = _state(scm)
     if st.tried:
         return False
@@ -251,54 +275,90 @@ def restore(scm) -> bool:
         folder, head = found
         if head.get("globals") is not None:
             scm.globals = load_module(head["globals"]).__dict__
-        ctx = _ctx(scm)
-        versions, units, installs, kept = [], [], {}, []
-        for i, blob in enumerate(head["versions"][:loadable(scm.options.max_versions)]):
-            try:
-                v, inst, unit, same = decode_version(blob, ctx, len(versions))
-            except Exception as e:  # noqa: BLE001 - that version is captured again
-                st.dropped.append(f"version {i} of the record: {type(e).__name__}: {e}")
-                continue
-            versions.append(v)
-            units.append(unit)
-            installs.update(inst)
-            kept.append((same, blob))
-        if not versions:
+        blobs = head["versions"][:loadable(scm.options.max_versions)]
+        n = _load(scm, st, list(enumerate(blobs)), t0)
+        if not n and not st.pending:
             scm.globals = old_globals
             return False
-        for name, obj in installs.items():  # Dynamo's module aliases, as its captures make
-            ctx.globals.setdefault(name, obj)
-        t1 = time.perf_counter()
-        st.restoring = True
-        try:
-            scm._install(versions)
-        finally:
-            st.restoring = False
-        t2 = time.perf_counter()
     except Exception as e:  # noqa: BLE001 - a load failure is a miss, never a crash
         scm.globals = old_globals
         log.debug("trident: restoring %s failed", scm.fn.__qualname__, exc_info=True)
         _warn(scm, st, f"not using the persisted versions: {type(e).__name__}: {e}")
         return False
     st.record = folder
-    n = len(versions)
+    st.content = head.get("content") if n == len(head["versions"]) == len(st.entries) \
+        else None
+    if head.get("static") and scm.static_after is None:
+        scm.static_after = 0
+    log.info("trident: %s: %d version(s) loaded from %s in %.3f s (%d waiting for a call)",
+             scm.fn.__qualname__, n, folder, time.perf_counter() - t0, len(st.pending))
+    return True
+
+
+def retry(scm) -> bool:
+    """Once, at the miss after the one that ran eagerly: load the versions whose paths did not
+    resolve at `restore` (library state that call may have built).  True if any installed."""
+    st = _state(scm)
+    if not st.pending:
+        return False
+    pending, st.pending = st.pending, []
+    try:
+        n = _load(scm, st, pending, time.perf_counter(), last_try=True)
+    except Exception as e:  # noqa: BLE001 - a load failure is a miss, never a crash
+        log.debug("trident: restoring %s failed", scm.fn.__qualname__, exc_info=True)
+        _warn(scm, st, f"not using the persisted versions: {type(e).__name__}: {e}")
+        return False
+    st.content = None  # the record is rewritten with the order versions have here
+    return n > 0
+
+
+def _load(scm, st: _State, blobs: list, t0: float, last_try: bool = False) -> int:
+    """Decode and install `blobs` ((index in the record, blob) pairs) after the SCM's versions;
+    those whose paths do not resolve yet go to `st.pending` (unless `last_try`).  The number
+    installed."""
+    ctx = _ctx(scm)
+    versions, units, installs, kept = [], [], {}, []
+    start = len(scm.versions)
+    for i, blob in blobs:
+        try:
+            v, inst, unit, same = decode_version(blob, ctx, start + len(versions))
+        except Pending as e:
+            if last_try:
+                st.dropped.append(f"version {i} of the record: {e} after a call")
+            else:
+                st.pending.append((i, blob))
+                st.notes.append(f"version {i} of the record waits for a call: {e}")
+            continue
+        except Exception as e:  # noqa: BLE001 - that version is captured again
+            st.dropped.append(f"version {i} of the record: {type(e).__name__}: {e}")
+            continue
+        versions.append(v)
+        units.append(unit)
+        installs.update(inst)
+        kept.append((same, blob))
+    if not versions:
+        return 0
+    for name, obj in installs.items():  # Dynamo's module aliases, as its captures make
+        ctx.globals.setdefault(name, obj)
+    t1 = time.perf_counter()
+    st.restoring = True
+    try:
+        scm._install(scm.versions + versions)
+    finally:
+        st.restoring = False
+    t2 = time.perf_counter()
     for v, (same, blob) in zip(versions, kept):
         st.loaded[id(v)] = v
         if same:
             st.entries[id(v)] = (v, blob, None)
-    for v, u, want in zip(scm.versions, getattr(scm, "_units", ()), units):
+    for v, u, want in zip(scm.versions[start:], getattr(scm, "_units", ())[start:], units):
         if want is not None and hashlib.sha256(u.text.encode()).hexdigest() != want:
             st.notes.append(f"version {v.index}'s regenerated C differs from the capturing "
                             "process's (so its object is not the cached one)")
-    st.content = head.get("content") if len(kept) == len(head["versions"]) and all(
-        s for s, _ in kept) else None
-    if head.get("static") and scm.static_after is None:
-        scm.static_after = 0
+    n = len(versions)
     scm.stats.compile_seconds.extend(
         {"capture": 0.0, "guards_ir": (t1 - t0) / n, "build": (t2 - t1) / n} for _ in range(n))
-    log.info("trident: %s: %d version(s) loaded from %s in %.3f s", scm.fn.__qualname__, n,
-             folder, t2 - t0)
-    return True
+    return n
 
 
 def save(scm) -> None:
