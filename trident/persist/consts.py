@@ -219,8 +219,13 @@ def encode(obj, ctx: Ctx, depth: int = 0):
             owner = _owning_module(obj)  # (FlagGems' generated modules; capture/adapters.py)
             if owner is not None:
                 return ("moddict", owner)
-        return ("dict", tuple((encode(k, ctx, depth + 1), encode(v, ctx, depth + 1))
-                              for k, v in obj.items()))
+        items = []
+        for k, v in obj.items():
+            try:
+                items.append((encode(k, ctx, depth + 1), encode(v, ctx, depth + 1)))
+            except NoName as e:  # say where in the dict (a module's globals: which name)
+                raise NoName(f"[{_short(k)}] of a dict{_named_dict(obj)}: {e}") from None
+        return ("dict", tuple(items))
     if t in _TORCH_ENUMS:
         name = str(obj).removeprefix("torch.")
         if getattr(torch, name, None) is obj:
@@ -523,6 +528,11 @@ def _eval_path(src, ctx: Ctx, const, installed: dict):
         return base[const(src.const) if src.const >= 0 else src.key]
     except (AttributeError, LookupError) as e:
         raise Pending(f"{src} does not resolve (yet): {type(e).__name__}: {e}") from None
+
+
+def _named_dict(d: dict) -> str:
+    name, file = d.get("__name__"), d.get("__file__")
+    return f" with __name__ {name!r}, __file__ {file!r}" if isinstance(name, str) else ""
 
 
 def _short(obj) -> str:

@@ -87,9 +87,9 @@ def encode_version(v: ir.Version, ctx: Ctx, unit_text: str | None) -> bytes:
     for i, c in enumerate(v.consts):
         try:
             consts.append(encode(c, ctx))
-        except NoName:
+        except NoName as e:
             if i not in seen["paths"]:
-                raise
+                raise NoName(f"K[{i}]: {e}") from None
             consts.append(encode_at(c, seen["paths"][i], ctx))  # by the path its guard reads
     # An object compared by identity, or read as a source (a live object), must be found by
     # name again; a pooled tensor (a graph constant the program loads) may be a copy.
