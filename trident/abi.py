@@ -37,7 +37,7 @@ GLOBAL_STATE_WORDS = 48  # trt_global_state: int64 words of the global-state sna
 # Environment blocks (scm_prelude.h): the longest load chain a block evaluates, and the steps.
 ENV_STEPS = 32
 ENV_STEP_OPS = {"global": 0, "const": 1, "attr": 2, "item_int": 3, "item_str": 4, "typeof": 5,
-                "dict_key_at": 6, "dict_value_at": 7, "item_const": 8}
+                "dict_key_at": 6, "dict_value_at": 7, "dict_item": 8}
 # An environment block row's check (TRT_EG_*) and its flags (TRT_EGF_*, bits).
 ENV_GUARD_KINDS = {"id": 0, "eq": 1, "type": 2, "same": 3, "notin": 4, "contains": 5, "len": 6,
                    "dictkeys": 7}

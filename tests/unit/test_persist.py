@@ -412,6 +412,55 @@ print(json.dumps({"captures": st["captures"], "hits": st["hits"],
 }
 
 
+# -- dict items with constant keys (DictItem, issue 32) ------------------------------------------
+
+DICT_ITEMS = {
+    "pdict.py": '''
+import collections
+import os
+
+import torch
+
+import trident
+
+
+def factory():
+    return 5.0
+
+
+D = collections.defaultdict(factory)
+D["a"] = float(os.environ.get("PERSIST_SCALE", "2.0"))
+if os.environ.get("PERSIST_DROP"):
+    del D["a"]
+LIT = {(9, 0): 3.0, torch.float16: 4.0, None: 6.0, ("sm", (8, 0)): 7.0}
+
+
+@trident.jit
+def f(x):
+    return x * D.get("a", 1.0) + LIT[(9, 0)] * LIT[torch.float16] - LIT[None]
+''',
+    "driver.py": '''
+import json
+import warnings
+
+import torch
+
+import pdict
+import trident
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", RuntimeWarning)
+    for _ in range(2):
+        x = torch.randn(8)
+        torch.testing.assert_close(pdict.f(x), pdict.f.__wrapped__(x))
+st = trident.stats(pdict.f)
+print(json.dumps({"captures": st["captures"], "hits": sum(st["hits"]),
+                  "origins": st["origins"], "explain": trident.explain(pdict.f),
+                  "keys": sorted(pdict.D)}))
+''',
+}
+
+
 def test_a_lazily_generated_modules_version_loads_after_one_call(tmp_path):
     w = World(tmp_path)
     for name, text in LAZY.items():
@@ -429,6 +478,26 @@ def test_a_lazily_generated_modules_version_loads_after_one_call(tmp_path):
     assert "waits for a call" in b["explain"], b["explain"]
     c = w.run(w.root, PERSIST_SHIFT="3.0")  # a global the generated module copied changed
     assert c["captures"] >= 1 and c["hits"][-1] >= 1, c
+
+
+def test_dict_items_with_constant_keys_persist_and_re_resolve(tmp_path):
+    """A version guarding a defaultdict global's item and tuple, dtype and None keys: a new
+    process re-resolves the keys (by value, a dtype by name) and serves it from disk; an item
+    deleted there misses without the guard inserting it."""
+    w = World(tmp_path)
+    for name, text in DICT_ITEMS.items():
+        (tmp_path / name if name == "driver.py" else w.src / name).write_text(text)
+    a = w.run(w.root)
+    assert a["captures"] == 1 and a["origins"] == ["captured"], a
+    assert "not persisted" not in a["explain"], a["explain"]
+    assert "G['LIT'][torch.float16]" in a["explain"] and "G['D']['a']" in a["explain"]
+    b = w.run(w.root)
+    assert b["captures"] == 0 and b["hits"] == 2 and b["origins"] == ["disk"], b
+    assert b["keys"] == ["a"]
+    c = w.run(w.root, PERSIST_SCALE="3.0")  # the item's value changed: a miss
+    assert c["captures"] == 1 and c["keys"] == ["a"], c
+    d = w.run(w.root, PERSIST_DROP="1")  # the key is gone: a miss, and nothing inserted
+    assert d["hits"] == 0 and d["keys"] == [], d
 
 
 # -- in this process -----------------------------------------------------------------------------

@@ -80,11 +80,12 @@ class _VersionGen:
         elif isinstance(src, ir.GenericAttr):
             b = self.load(src.base)
             expr = f"trt_generic_getattr({b}, {self.mod.name(src.name)})"
+        elif isinstance(src, ir.DictItem):
+            b = self.load(src.base)
+            expr = f"trt_dict_item({b}, {self.K(src.key_const)})"
         elif isinstance(src, ir.Item):
             b = self.load(src.base)
-            if src.const >= 0:
-                expr = f"trt_getitem_obj({b}, {self.K(src.const)})"
-            elif isinstance(src.key, int):
+            if isinstance(src.key, int):
                 expr = f"trt_getitem_int({b}, {src.key})"
             else:
                 expr = f"trt_getitem_obj({b}, {self.mod.name(src.key)})"

@@ -8,6 +8,7 @@ in docs/guards.md mirrors `_HANDLERS` below.
 from __future__ import annotations
 
 import ast
+import enum
 import math
 import types
 from dataclasses import dataclass, field
@@ -172,14 +173,18 @@ class SourceConverter:
             # `dict.__getitem__(o, list(dict.keys(o))[i])`, the dict's own storage past the
             # subclass's __getitem__: what PyDict_Next in trt_dict_entry_at reads too.
             return ir.DictEntryAt(self(src.base), src.index.index, value=True)
-        if cls == "DictGetItemSource":
+        if cls in ("DictGetItemSource", "DictSubclassGetItemSource"):
+            # d[k] with a constant key (`_modules['model']`, Liger's
+            # `_NVIDIA_ARCH_BY_CC[(9, 0)]`, a defaultdict global's item): Dynamo's
+            # dict_getitem accessor reads the dict's own storage (PyDict_GetItem), never a
+            # subclass's __getitem__ or a defaultdict's __missing__, and so does DictItem.
             idx = src.index
-            if isinstance(idx, (int, str)) and not isinstance(idx, bool):
-                return ir.Item(self(src.base), idx)
-            if _plain_key(idx):
-                # A tuple, None, bool, float or bytes key (`_NVIDIA_ARCH_BY_CC[(9, 0)]`): the
-                # key object is a pooled constant and the lookup is Python's own.
-                return ir.Item(self(src.base), idx, const=self.consts.add(idx))
+            if _constant_key(idx):
+                return ir.DictItem(self(src.base), self.consts.add(idx), _describe(idx))
+            if not isinstance(idx, S.Source):
+                raise UnsupportedError(
+                    f"guard source {src.name} ({cls}): its key {_describe(idx)} (a "
+                    f"{type(idx).__qualname__}) may run user code when hashed or compared")
         raise UnsupportedError(f"guard source {src.name} ({cls}) is not translated")
 
     def int_leaf(self, src) -> ir.IntLeaf:
@@ -196,11 +201,30 @@ class SourceConverter:
         return ir.PyInt(self(src))
 
 
-def _plain_key(k) -> bool:
-    """A dict key whose hash and equality are Python's own and run no user code."""
-    if k is None or type(k) in (bool, int, float, str, bytes):
+_KEY_TYPES = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device)
+
+
+def _constant_key(k) -> bool:
+    """A dict key whose hash and equality run no user code: Python's or torch's own (None,
+    bool, int, float, complex, str, bytes, torch.dtype, torch.device), a tuple, frozenset or
+    torch.Size of such keys, an enum member or a class whose `__hash__` and `__eq__` are those
+    of builtins or of the `enum` module (`Enum.__hash__` hashes the member's name)."""
+    t = type(k)
+    if t in _KEY_TYPES:
         return True
-    return type(k) is tuple and all(_plain_key(e) for e in k)
+    if t in (tuple, frozenset, torch.Size):  # torch.Size: tuple's hash and equality
+        return all(_constant_key(e) for e in k)
+    if isinstance(k, (enum.Enum, type)):
+        return all(_slot_owner(t, name) in ("builtins", "enum") for name in ("__hash__", "__eq__"))
+    return False
+
+
+def _slot_owner(t: type, name: str) -> str | None:
+    """The module of the class in `t`'s MRO that defines `name`."""
+    for c in t.__mro__:
+        if name in vars(c):
+            return c.__module__
+    return None
 
 
 def _type_name(t: type) -> str:

@@ -62,16 +62,32 @@ class Attr:
 
 @dataclass(frozen=True)
 class Item:
-    """`base[key]` on a tuple, list or dict: an int or str key, or (`const` >= 0: the key's
-    index in the version's constant pool) any other hashable constant of a builtin type
-    (None, bool, float, bytes, tuples of them), looked up as Python does."""
+    """`base[key]` with an int or str key, looked up as Python does (`PyObject_GetItem`; an
+    exact tuple's, list's or dict's item directly), as Dynamo's getitem accessors do: a tuple
+    or list item, `__defaults__[i]`, `__kwdefaults__[name]`, `sys.modules[name]`.  An item
+    Dynamo reads as a dict's (DictGetItemSource) is `DictItem`."""
 
     base: "Source"
     key: object
-    const: int = -1
 
     def __str__(self) -> str:
         return f"{self.base}[{self.key!r}]"
+
+
+@dataclass(frozen=True)
+class DictItem:
+    """The value of constant key `K[key_const]` (printed `desc`) in dict `base`'s own storage,
+    as Dynamo's dict_getitem accessor reads it (`PyDict_GetItem`): never the class's
+    `__getitem__` or a defaultdict's `__missing__`; a base that is not a dict (exact or
+    subclass) or has no such key fails the guard.  Dynamo's DictGetItemSource and
+    DictSubclassGetItemSource with a constant key."""
+
+    base: "Source"
+    key_const: int
+    desc: str
+
+    def __str__(self) -> str:
+        return f"{self.base}[{self.desc}]"
 
 
 @dataclass(frozen=True)
@@ -122,7 +138,7 @@ class GenericAttr:
         return f"object.__getattribute__({self.base}, {self.name!r})"
 
 
-Source = Union[Local, Global, ConstObj, Attr, Item, TypeOf, CallNoArgs, DictEntryAt,
+Source = Union[Local, Global, ConstObj, Attr, Item, DictItem, TypeOf, CallNoArgs, DictEntryAt,
                GenericAttr]
 
 # ------------------------------------------------ integer-valued properties
@@ -760,7 +776,8 @@ Out = Union[OutSlot, OutSym, OutConst, OutSource, OutSeq, OutDict, OutNew, OutSt
 class EnvStep:
     """One load of an environment guard's source, from its root: `op` is a key of
     `abi.ENV_STEP_OPS` (global, const, attr, item_int, item_str, typeof, dict_key_at,
-    dict_value_at, item_const); `arg` a name (global, attr, item_str) or an int."""
+    dict_value_at, dict_item); `arg` a name (global, attr, item_str) or an int (dict_item: the
+    key's index in the constant pool)."""
 
     op: str
     arg: object

@@ -262,6 +262,16 @@ PyObject *trt_r_item_obj(trt_envblock *b, PyObject *o, PyObject *key) {
   return trt_getitem_obj(o, key);
 }
 
+PyObject *trt_r_dict_item(trt_envblock *b, PyObject *o, PyObject *key) {
+  if (b && o) {
+    /* The dict's own storage, a subclass's too (no __getitem__, no __missing__): its
+     * version tag covers the read. */
+    if (PyDict_Check(o)) eb_add(b, TRT_ER_DICT, o, NULL, trt_dict_tag(o));
+    else b->uncovered = 1;
+  }
+  return trt_dict_item(o, key);
+}
+
 PyObject *trt_r_typeof(trt_envblock *b, PyObject *o) {
   if (!o) return NULL;
   trt_r_class(b, o);
@@ -298,7 +308,7 @@ static void eg_load(const trt_envg_desc *d, const trt_envctx *c, trt_envblock *b
       case TRT_ES_TYPEOF: v = trt_r_typeof(b, base); break;
       case TRT_ES_DICT_KEY_AT: v = trt_r_dict_entry_at(b, base, s->arg, 0); break;
       case TRT_ES_DICT_VALUE_AT: v = trt_r_dict_entry_at(b, base, s->arg, 1); break;
-      case TRT_ES_ITEM_CONST: v = trt_r_item_obj(b, base, c->K[s->arg]); break;
+      case TRT_ES_DICT_ITEM: v = trt_r_dict_item(b, base, c->K[s->arg]); break;
       default: v = NULL; break;  /* not generated */
     }
     e[j] = v;

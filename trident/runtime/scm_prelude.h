@@ -103,6 +103,22 @@ static inline PyObject *trt_getitem_obj(PyObject *o, PyObject *key) {
   return v;
 }
 
+/* d[key] read from the dict's own storage, as Dynamo's dict_getitem accessor reads it
+   (PyDict_GetItem): never a subclass's __getitem__ or a defaultdict's __missing__, so the
+   guard inserts nothing and runs no user code.  A new reference; NULL (no error set) when d is
+   not a dict (exact or subclass) or has no such key; an error from a key's hash or equality
+   fails the guard (trt_guard_clear). */
+static inline PyObject *trt_dict_item(PyObject *d, PyObject *key) {
+  if (!d || !PyDict_Check(d)) return NULL;
+  PyObject *v = PyDict_GetItemWithError(d, key);
+  if (!v) {
+    if (PyErr_Occurred()) trt_guard_clear();
+    return NULL;
+  }
+  Py_INCREF(v);
+  return v;
+}
+
 /* Exact type and equal value; never leaves an exception set. */
 /* A set equal to `value` (whose elements are exact str, bytes or int)
    with every element of an exact type among those: Python's own equality
@@ -458,11 +474,11 @@ typedef struct trt_version_head {
  * interpreter evaluates them): its loads from the root, then its check.  A same-object guard
  * has two load chains, the first nsteps_a steps and the rest. */
 enum { TRT_ES_GLOBAL, TRT_ES_CONST, TRT_ES_ATTR, TRT_ES_ITEM_INT, TRT_ES_ITEM_STR, TRT_ES_TYPEOF,
-       TRT_ES_DICT_KEY_AT, TRT_ES_DICT_VALUE_AT, TRT_ES_ITEM_CONST };
+       TRT_ES_DICT_KEY_AT, TRT_ES_DICT_VALUE_AT, TRT_ES_DICT_ITEM };
 typedef struct trt_envstep {
   int op;
-  int32_t arg; /* name index (GLOBAL, ATTR, ITEM_STR), constant index (CONST, ITEM_CONST),
-                  item or entry index */
+  int32_t arg; /* name index (GLOBAL, ATTR, ITEM_STR), constant index (CONST; DICT_ITEM: the
+                  key), item or entry index */
 } trt_envstep;
 
 enum { TRT_EG_ID, TRT_EG_EQ, TRT_EG_TYPE, TRT_EG_SAME, TRT_EG_NOTIN, TRT_EG_CONTAINS,
@@ -530,11 +546,12 @@ void trt_envblock_free(trt_envblock *b);
 
 /* Recording loads (new references, NULL on failure with no exception set), each equal in
  * value to its plain counterpart above (trt_load_global, trt_getattr / trt_attr_dict /
- * trt_attr_func, trt_getitem_*, TypeOf, trt_dict_entry_at). */
+ * trt_attr_func, trt_getitem_*, trt_dict_item, TypeOf, trt_dict_entry_at). */
 PyObject *trt_r_global(trt_envblock *b, PyObject *globals, PyObject *builtins, PyObject *name);
 PyObject *trt_r_attr(trt_envblock *b, PyObject *o, PyObject *name);
 PyObject *trt_r_item_int(trt_envblock *b, PyObject *o, Py_ssize_t i);
 PyObject *trt_r_item_obj(trt_envblock *b, PyObject *o, PyObject *key);
+PyObject *trt_r_dict_item(trt_envblock *b, PyObject *o, PyObject *key);
 PyObject *trt_r_typeof(trt_envblock *b, PyObject *o);
 PyObject *trt_r_dict_entry_at(trt_envblock *b, PyObject *o, Py_ssize_t i, int value);
 /* What a guard checks on the value it loaded, recorded: `o` is an exact dict whose contents

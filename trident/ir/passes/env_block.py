@@ -83,8 +83,8 @@ def _env_steps(src) -> tuple:
             out.append(ir.EnvStep("typeof", 0))
         elif isinstance(src, ir.DictEntryAt):
             out.append(ir.EnvStep("dict_value_at" if src.value else "dict_key_at", src.index))
-        elif isinstance(src, ir.Item) and src.const >= 0:
-            out.append(ir.EnvStep("item_const", src.const))
+        elif isinstance(src, ir.DictItem):
+            out.append(ir.EnvStep("dict_item", src.key_const))
         elif isinstance(src, ir.Item) and isinstance(src.key, int):
             out.append(ir.EnvStep("item_int", src.key))
         elif isinstance(src, ir.Item):
@@ -98,14 +98,14 @@ def _env_steps(src) -> tuple:
 def _env_source(src) -> bool:
     """A source read from the environment alone: a global or a constant, then attributes,
     items, `type()` and dict entries (no call, no argument of the call)."""
-    while isinstance(src, (ir.Attr, ir.Item, ir.TypeOf, ir.DictEntryAt)):
+    while isinstance(src, (ir.Attr, ir.Item, ir.DictItem, ir.TypeOf, ir.DictEntryAt)):
         src = src.base
     return isinstance(src, (ir.Global, ir.ConstObj))
 
 
 def _chain_len(src) -> int:
     n = 1
-    while isinstance(src, (ir.Attr, ir.Item, ir.TypeOf, ir.DictEntryAt)):
+    while isinstance(src, (ir.Attr, ir.Item, ir.DictItem, ir.TypeOf, ir.DictEntryAt)):
         src = src.base
         n += 1
     return n
