@@ -17,8 +17,8 @@ def jit(fn=None, *, strict: bool | None = None, max_versions: int | None = None,
     Usable as `@trident.jit`, `@trident.jit(strict=True)` or `trident.jit(fn)`.
 
     Options:
-      strict:       raise `UnsupportedError`/`CaptureError` instead of falling
-                    back to eager (default: env TRIDENT_STRICT, else False).
+      strict:       raise `UnsupportedError` (or the `BuildError`) instead of
+                    falling back to eager (default: env TRIDENT_STRICT, else False).
       max_versions: the recompile limit; past it the function runs eagerly
                     with one warning (default: env TRIDENT_MAX_VERSIONS, 16).
       dynamic:      as in torch.compile: None lets Dynamo make a dimension

@@ -41,8 +41,9 @@ KNOBS = {
              "dispatcher, without the runtime's typed fast paths (read by the runtime at "
              "SCM load; for benchmarks)."),
         Knob("TRIDENT_PROFILE", "0", "1: versions generated from then on time their guards "
-             "and their program (two clock reads per call); trident.explain and "
-             "trident.profile report the mean per call (for finding where a call's time goes)."),
+             "and their program (clock reads at entry, after the guards and at exit); "
+             "trident.explain and trident.stats(f)[\"profile\"] report the mean per call "
+             "(for finding where a call's time goes)."),
         Knob("TRIDENT_REUSE_BUFFERS", "1", "1: an elementwise add/sub/mul/relu/neg whose "
              "first argument is a dead intermediate of the same dtype, sizes and strides runs "
              "in place on it (no allocation; not for sizes 0 or 1, only where no autograd "

@@ -8,7 +8,8 @@ class TridentError(Exception):
 
 
 class CaptureError(TridentError):
-    """Dynamo could not capture the function as one graph (strict mode)."""
+    """Dynamo could not capture a path as one graph (raised by `capture`; the SCM runs that
+    path eagerly, or raises UnsupportedError in strict mode)."""
 
 
 class UnsupportedError(TridentError):

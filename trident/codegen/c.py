@@ -13,7 +13,8 @@ changed (native/build.py caches each unit's object by content hash):
     byte-identical, and its object cached, while later versions are added;
   * the dispatcher unit (`dispatch.generate_dispatcher`), the only one compiled on every
     rebuild, with the dispatch index.  The exported entries around it (`trident_scm_call` /
-    `_init` / `_stats` / `_free`, see trident_rt.h) are fixed C in runtime/scm_main.c, and
+    `_init` / `_stats` / `_profile` / `_free`, see trident_rt.h) are fixed C in
+    runtime/scm_main.c, and
     runtime/scm_dispatch.h says how the units fit together.
 
 The constant tuple passed at init is: (globals, builtins, *version pools
@@ -109,10 +110,10 @@ class _VersionGen:
             # `_base`): read the property, failing the guard if it is absent.
             o = self.load(leaf.tensor)
             if isinstance(leaf, ir.TensorSize):
-                return f"api->tensor_prop({o}, 0, {leaf.dim}, &ok)"
+                return f"api->tensor_prop({o}, {abi.TENSOR_PROPS['size']}, {leaf.dim}, &ok)"
             if isinstance(leaf, ir.TensorStride):
-                return f"api->tensor_prop({o}, 1, {leaf.dim}, &ok)"
-            return f"api->tensor_prop({o}, 2, 0, &ok)"
+                return f"api->tensor_prop({o}, {abi.TENSOR_PROPS['stride']}, {leaf.dim}, &ok)"
+            return f"api->tensor_prop({o}, {abi.TENSOR_PROPS['offset']}, 0, &ok)"
         m, nd = self.meta[leaf.tensor]
         if isinstance(leaf, ir.TensorSize):
             return f"{m}[{leaf.dim}]"
@@ -452,14 +453,11 @@ PRECONDITION_LATE = (
     "eager mode (trident.jit(..., strict=False) falls back once this is reported)")
 
 
-_FUNC_ATTRS = {"__defaults__": 0, "__kwdefaults__": 1, "__code__": 2}
-
-
 def _attr_expr(base: str, name: str, name_ref: str) -> str:
     if name == "__dict__":
         return f"trt_attr_dict({base}, {name_ref})"
-    if name in _FUNC_ATTRS:
-        return f"trt_attr_func({base}, {name_ref}, {_FUNC_ATTRS[name]})"
+    if name in abi.FUNC_ATTRS:  # trt_attr_func's `which` (TRT_FN_*)
+        return f"trt_attr_func({base}, {name_ref}, {abi.FUNC_ATTRS[name]})"
     return f"trt_getattr({base}, {name_ref})"
 
 

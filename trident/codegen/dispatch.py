@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from .. import abi
 from ..ir import nodes as ir
 from .unit import Unit
 
@@ -75,9 +76,9 @@ def generate_dispatcher(versions) -> Unit:
 
 INDEX_MIN_VERSIONS = 8  # an SCM with fewer is only scanned in order (a hit costs what it did)
 INDEX_MIN_GROUP = 4     # a group with fewer versions is not probed: its versions are keyless
-_INDEX_NDIM = 16        # TRT_SCM_INDEX_NDIM of scm_dispatch.h
-_INDEX_WIDTH = 64       # TRT_SCM_INDEX_WIDTH
-_INDEX_GROUPS = 32      # TRT_SCM_INDEX_GROUPS
+_INDEX_NDIM = abi.INDEX_NDIM      # TRT_SCM_INDEX_NDIM of scm_dispatch.h
+_INDEX_WIDTH = abi.INDEX_WIDTH    # TRT_SCM_INDEX_WIDTH
+_INDEX_GROUPS = abi.INDEX_GROUPS  # TRT_SCM_INDEX_GROUPS
 
 
 @dataclass(frozen=True)

@@ -115,10 +115,11 @@ class Tables:
             if isinstance(p.arg, ir.Slot):
                 ps.append(braced(kind, p.arg.index, 0, "0.0", int(p.div16), p.dtype))
             elif p.arg.kind == "double":
-                ps.append(braced(kind, -1, 0, cdouble(p.arg.value), int(p.div16), p.dtype))
-            else:
-                ps.append(braced(kind, -1, f"INT64_C({int(p.arg.value)})", "0.0", int(p.div16),
+                ps.append(braced(kind, abi.PARAM_CONST, 0, cdouble(p.arg.value), int(p.div16),
                                  p.dtype))
+            else:
+                ps.append(braced(kind, abi.PARAM_CONST, f"INT64_C({int(p.arg.value)})", "0.0",
+                                 int(p.div16), p.dtype))
         stmts = ["  {"]
         stmts.append(f"    static const trt_launch_param p[] = {braced(', '.join(ps) or '{0}')};")
         cub = f"S->K[{t.cubin_const}]"

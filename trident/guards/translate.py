@@ -2,7 +2,7 @@
 
 Every entry Dynamo recorded becomes one or more IR guard ops, or the whole
 version is refused (UnsupportedError): no guard is ever dropped.  The table
-in docs/guards.md mirrors `_HANDLERS` below.
+in docs/guards.md mirrors the kinds `translate` handles below.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ _EQ_TYPES = (int, float, bool, str, bytes, type(None), torch.dtype, torch.device
 
 
 def local_names(fn) -> list[str]:
-    """The runtime binder's layout of the locals array (see trident_rt.cpp)."""
+    """The runtime binder's layout of the locals array (see trident_rt_binder.cpp)."""
     co = fn.__code__
     n = co.co_argcount + co.co_kwonlyargcount
     names = list(co.co_varnames[:n])
@@ -421,7 +421,7 @@ def _hasattr(g, e, src, conv):
     """Dynamo's HASATTR as an `ir.HasAttr`, or None where Dynamo checks nothing.  torch >= 2.12
     puts it on the object's source with the name as `attr=`; torch <= 2.11 on the attribute's
     own source (`AttrSource(base, name)`).  The answer was taken before the call
-    (`capture.dynamo.Presence`): the call itself may add the attribute."""
+    (`capture.guard_record.Presence`): the call itself may add the attribute."""
     present = getattr(e.value, "present", None) if e.has_value else None
     if type(present) is not bool or type(e.value).__name__ != "Presence":
         raise UnsupportedError(f"HASATTR on {g.name}: its answer before the call is unknown")

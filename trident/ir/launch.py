@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ..abi import PARAM_CODES
+from ..abi import DTYPE_ANY, PARAM_CODES, PARAM_CONST
 from ..errors import UnsupportedError
 from ..triton.launch import (
     FLOAT_KINDS,
@@ -62,14 +62,14 @@ def launch_params(res: Resolved, args: dict, rt) -> list:
             raise UnsupportedError(f"tuple kernel argument {name}")
         if ty == "constexpr":
             if isinstance(value, ir.Slot):  # an int Triton specialised to 1
-                params.append(ir.LaunchParam(name, "one", value, False, -1))
+                params.append(ir.LaunchParam(name, "one", value, False, DTYPE_ANY))
             continue
         div16 = attr == "D"
         if ty.startswith("*"):
             if not isinstance(value, ir.Slot):
                 raise UnsupportedError(f"pointer argument {name} is not a graph tensor")
             dt = PTR_DTYPES.get(ty[1:])
-            code = rt.enum_code(dt) if dt is not None else -1
+            code = rt.enum_code(dt) if dt is not None else DTYPE_ANY
             params.append(ir.LaunchParam(name, "ptr", value, div16, code))
         elif ty in SCALAR_KINDS or ty == "f32":
             kind = "fp32" if ty == "f32" else ty
@@ -79,7 +79,7 @@ def launch_params(res: Resolved, args: dict, rt) -> list:
                 arg = ir.ConstArg("double", float(value))
             else:
                 arg = ir.ConstArg("int", int(value))
-            params.append(ir.LaunchParam(name, kind, arg, div16, -1))
+            params.append(ir.LaunchParam(name, kind, arg, div16, DTYPE_ANY))
         else:
             raise UnsupportedError(f"Triton argument type {ty} ({name})")
     return params
@@ -91,8 +91,8 @@ def param_tuple(p: ir.LaunchParam) -> tuple:
     if isinstance(p.arg, ir.Slot):
         return (code, p.arg.index, 0, 0.0, int(p.div16), p.dtype)
     if p.arg.kind == "double":
-        return (code, -1, 0, float(p.arg.value), int(p.div16), p.dtype)
-    return (code, -1, int(p.arg.value), 0.0, int(p.div16), p.dtype)
+        return (code, PARAM_CONST, 0, float(p.arg.value), int(p.div16), p.dtype)
+    return (code, PARAM_CONST, int(p.arg.value), 0.0, int(p.div16), p.dtype)
 
 
 class Resolver:

@@ -16,8 +16,11 @@ makes the object it stands for in this process:
   dicts of those, and tensors (strided leaves, through `torch.save` / `torch.load(weights_only=
   True)`).
 
-An object with no such name (a lambda, a local class, a code object that no pooled function
-owns, an instance, a Triton autotune resolver) raises `NoName`: its version is not persisted.
+An autotuned launch's `ir.launch.Resolver` is data: its user's autotuner and kernel by name,
+Dynamo's configs, and the variants it has chosen (`_encode_resolver`); a Triton `Config` by its
+state.  An object with no such name (a lambda, a local class, a code object that no pooled
+function owns, an instance, a Config with a pre_hook) raises `NoName`: its version is not
+persisted.
 A name that does not resolve in the new process raises `Unresolved`: that version is dropped.
 """
 

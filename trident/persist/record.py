@@ -5,7 +5,7 @@ function's versions without Dynamo: each version's host IR (guards, program, res
 reason), its constant pool as plain data (`consts.encode`) and the digest of its C unit, in a
 record under the build cache: `<cache>/persist/<key>-<time_ns>-<pid>/record.pkl`, written and
 verified as a build's product is (`build.store` / `build.read_verified`: a private folder
-renamed into place, fsynced, a manifest with the SHA-256, folders 0700 and ours; see
+renamed into place, a manifest with the SHA-256, folders 0700 and ours; see
 docs/cache.md).  One record per key: a writer removes the older ones.
 
 `restore` runs at a function's first miss in a process: it reads the newest record of its key

@@ -8,7 +8,7 @@
  *                  result, and its own init and free.  Its text depends on
  *                  that version alone, so its object is compiled once and
  *                  taken from the build cache by every later rebuild.
- *   scm_main.c     the four exported trident_scm_* entries (fixed source,
+ *   scm_main.c     the five exported trident_scm_* entries (fixed source,
  *                  compiled once per cache).
  *   scm.c          the dispatcher (generated, the only unit compiled on every
  *                  rebuild): trt_scm_dispatch, which calls the versions'

@@ -220,17 +220,18 @@ static PyObject *eb_attr_covered(trt_envblock *b, PyObject *o, PyObject *name) {
 PyObject *trt_r_attr(trt_envblock *b, PyObject *o, PyObject *name) {
   if (!o) return NULL;
   if (b) {
-    int which = PyUnicode_CompareWithASCIIString(name, "__defaults__") == 0     ? 0
-              : PyUnicode_CompareWithASCIIString(name, "__kwdefaults__") == 0 ? 1
-              : PyUnicode_CompareWithASCIIString(name, "__code__") == 0       ? 2
+    int which = PyUnicode_CompareWithASCIIString(name, "__defaults__") == 0     ? TRT_FN_DEFAULTS
+              : PyUnicode_CompareWithASCIIString(name, "__kwdefaults__") == 0 ? TRT_FN_KWDEFAULTS
+              : PyUnicode_CompareWithASCIIString(name, "__code__") == 0       ? TRT_FN_CODE
                                                                                : -1;
     if (which >= 0) {
       /* A function's slot: assignable without any tag, so its current object is recorded
        * (a __kwdefaults__ dict's contents are its own dict record, when read). */
       if (PyFunction_Check(o)) {
         PyObject *v = trt_attr_func(o, name, which);
-        PyObject *slot = which == 0 ? PyFunction_GET_DEFAULTS(o)
-                       : which == 1 ? PyFunction_GET_KW_DEFAULTS(o) : PyFunction_GET_CODE(o);
+        PyObject *slot = which == TRT_FN_DEFAULTS ? PyFunction_GET_DEFAULTS(o)
+                       : which == TRT_FN_KWDEFAULTS ? PyFunction_GET_KW_DEFAULTS(o)
+                       : PyFunction_GET_CODE(o);
         eb_add(b, TRT_ER_FUNCATTR + which, o, slot, 0);
         return v;
       }
@@ -243,9 +244,12 @@ PyObject *trt_r_attr(trt_envblock *b, PyObject *o, PyObject *name) {
   }
   /* the plain loads the version's other guards use */
   if (PyUnicode_CompareWithASCIIString(name, "__dict__") == 0) return trt_attr_dict(o, name);
-  if (PyUnicode_CompareWithASCIIString(name, "__defaults__") == 0) return trt_attr_func(o, name, 0);
-  if (PyUnicode_CompareWithASCIIString(name, "__kwdefaults__") == 0) return trt_attr_func(o, name, 1);
-  if (PyUnicode_CompareWithASCIIString(name, "__code__") == 0) return trt_attr_func(o, name, 2);
+  if (PyUnicode_CompareWithASCIIString(name, "__defaults__") == 0)
+    return trt_attr_func(o, name, TRT_FN_DEFAULTS);
+  if (PyUnicode_CompareWithASCIIString(name, "__kwdefaults__") == 0)
+    return trt_attr_func(o, name, TRT_FN_KWDEFAULTS);
+  if (PyUnicode_CompareWithASCIIString(name, "__code__") == 0)
+    return trt_attr_func(o, name, TRT_FN_CODE);
   return trt_getattr(o, name);
 }
 

@@ -382,11 +382,12 @@ static inline PyObject *trt_generic_getattr(PyObject *o, PyObject *name) {
   return v;
 }
 
-/* A Python function's __defaults__ / __kwdefaults__ / __code__. */
+/* A Python function's __defaults__ / __kwdefaults__ / __code__ (`which`: TRT_FN_*). */
+enum { TRT_FN_DEFAULTS = 0, TRT_FN_KWDEFAULTS = 1, TRT_FN_CODE = 2 };
 static inline PyObject *trt_attr_func(PyObject *o, PyObject *name, int which) {
   if (o && PyFunction_Check(o)) {
-    PyObject *v = which == 0 ? PyFunction_GetDefaults(o)
-                : which == 1 ? PyFunction_GetKwDefaults(o)
+    PyObject *v = which == TRT_FN_DEFAULTS ? PyFunction_GetDefaults(o)
+                : which == TRT_FN_KWDEFAULTS ? PyFunction_GetKwDefaults(o)
                              : PyFunction_GetCode(o);
     if (!v) v = Py_None;
     Py_INCREF(v);
@@ -429,7 +430,7 @@ static inline uint64_t trt_type_tag(PyObject *t) { (void)t; return 0; }
 #endif
 
 enum { TRT_ER_DICT = 0, TRT_ER_CLASS = 1, TRT_ER_TYPETAG = 2, TRT_ER_INSTDICT = 3,
-       TRT_ER_FUNCATTR = 4 /* 4 + which: a function's __defaults__/__kwdefaults__/__code__ */ };
+       TRT_ER_FUNCATTR = 4 /* 4 + TRT_FN_*: a function's __defaults__/__kwdefaults__/__code__ */ };
 
 /* Where a live guard's evaluation starts: after its last step whose reads the records
  * cover (the object that step loaded, the same object while they hold). */
@@ -524,9 +525,10 @@ static inline int trt_envblock_hit(const trt_envblock *b) {
         break;
       }
       default: { /* FUNCATTR: recorded only for exact functions */
-        PyObject *v = r->kind == TRT_ER_FUNCATTR ? PyFunction_GET_DEFAULTS(r->obj)
-                    : r->kind == TRT_ER_FUNCATTR + 1 ? PyFunction_GET_KW_DEFAULTS(r->obj)
-                                                     : PyFunction_GET_CODE(r->obj);
+        PyObject *v = r->kind == TRT_ER_FUNCATTR + TRT_FN_DEFAULTS ? PyFunction_GET_DEFAULTS(r->obj)
+                    : r->kind == TRT_ER_FUNCATTR + TRT_FN_KWDEFAULTS
+                        ? PyFunction_GET_KW_DEFAULTS(r->obj)
+                        : PyFunction_GET_CODE(r->obj);
         if (v != r->aux) return 0;
       }
     }

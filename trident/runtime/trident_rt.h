@@ -2,9 +2,9 @@
  * trident_rt.h -- the C ABI between a generated Specialization Cache Module
  * (SCM) and Trident's runtime.
  *
- * Why this split: the runtime (trident_rt.cpp) includes torch's C++ headers
- * and takes 15-30 s to compile, so it is built once per torch version and
- * cached.  Each SCM is plain C generated per function (guards, symbolic-size
+ * Why this split: the runtime (trident_rt*.cpp) includes torch's C++ headers
+ * and takes tens of seconds to compile, so it is built once per torch version
+ * and cached.  Each SCM is plain C generated per function (guards, symbolic-size
  * arithmetic, the order of ATen calls and Triton launches); it includes only
  * this header and Python.h, so it compiles in a fraction of a second on every
  * specialization miss.
@@ -12,7 +12,7 @@
  * The SCM never links against the runtime.  The runtime hands it a table of
  * function pointers (trt_api) at load time; all calls from generated code go
  * through that table.  Every entry that can fail returns a status
- * (TRT_OK / TRT_ERROR) and, on TRT_ERROR, has set a Python exception: the
+ * (TRT_OK / TRT_FAIL) and, on TRT_FAIL, has set a Python exception: the
  * same exception eager PyTorch raises for that operator.  No entry ever
  * throws across this boundary.
  */
@@ -43,6 +43,9 @@ enum {
 };
 /* Status codes of api entries. */
 enum { TRT_OK = 0, TRT_FAIL = -1 };
+
+/* What tensor_prop reads. */
+enum { TRT_PROP_SIZE = 0, TRT_PROP_STRIDE = 1, TRT_PROP_OFFSET = 2 };
 
 /* "This dimension is symbolic": a size or stride not checked by tensor_match. */
 #define TRT_DYN INT64_MIN
@@ -92,12 +95,15 @@ enum {
 
 typedef struct trt_launch_param {
   int32_t kind;
-  int32_t slot;   /* >= 0: the value in this frame slot; -1: the constant below */
+  int32_t slot;   /* >= 0: the value in this frame slot; TRT_PARAM_CONST: the constant below */
   int64_t ival;
   double dval;
   int32_t div16;  /* precondition: the pointer is 16-byte aligned / the int is a multiple of 16 */
-  int32_t dtype;  /* TRT_P_PTR: the c10::ScalarType the CUBIN was compiled for; -1: any */
+  int32_t dtype;  /* TRT_P_PTR: the c10::ScalarType the CUBIN was compiled for
+                     (TRT_DTYPE_ANY: any) */
 } trt_launch_param;
+#define TRT_PARAM_CONST (-1)
+#define TRT_DTYPE_ANY (-1)
 
 /* One part of a selecting launch's key, read from a frame slot. */
 enum {
@@ -198,9 +204,10 @@ typedef struct trt_api {
   int (*tensor_match)(PyObject *obj, const trt_tensor_spec *spec, int64_t *meta);
   /* Writes sizes, strides and storage offset of a tensor known to match. */
   void (*tensor_meta)(PyObject *obj, int64_t *meta, int32_t ndim);
-  /* Size (kind 0), stride (1) or storage offset (2) of dimension `dim` of a
-     tensor that has no tensor guard (e.g. the `_base` of an input view).
-     Sets *ok = 0 if `obj` is not a tensor or has no such dimension. */
+  /* Size (kind TRT_PROP_SIZE), stride (TRT_PROP_STRIDE) or storage offset
+     (TRT_PROP_OFFSET) of dimension `dim` of a tensor that has no tensor guard
+     (e.g. the `_base` of an input view).  Sets *ok = 0 if `obj` is not a
+     tensor or has no such dimension. */
   int64_t (*tensor_prop)(PyObject *obj, int32_t kind, int32_t dim, int *ok);
   /* Snapshot the current global state.  An SCM takes it once per call and
      compares it with each version's capture-time snapshot (memcmp), so a

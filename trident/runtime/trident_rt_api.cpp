@@ -82,12 +82,12 @@ int64_t tensor_prop(PyObject* obj, int32_t kind, int32_t dim, int* ok) {
     *ok = 0;
     return 0;
   }
-  if (kind == 2) return impl->storage_offset();
+  if (kind == TRT_PROP_OFFSET) return impl->storage_offset();
   if (dim < 0 || dim >= impl->dim()) {
     *ok = 0;
     return 0;
   }
-  return kind == 0 ? impl->sizes()[dim] : impl->strides()[dim];
+  return kind == TRT_PROP_SIZE ? impl->sizes()[dim] : impl->strides()[dim];
 }
 
 #ifdef TRT_HAS_NAMED_TENSORS
