@@ -655,6 +655,9 @@ def test_an_object_by_the_path_its_guard_reads():
     src = ir.Item(ir.Attr(ir.Global("lib"), "overloads"), "2_False")
     node = consts.encode_at(obj, src, ctx)
     assert consts.decode_at(node, ctx, None, {}) is obj
+    by_storage = ir.DictItem(src.base, 0, "'2_False'")  # as the guard reads a dict item
+    node2 = consts.encode_at(obj, by_storage, ctx)
+    assert consts.decode_at(node2, ctx, {0: "2_False"}.__getitem__, {}) is obj
     assert consts.decode_at(consts.encode_at(type(obj), ir.TypeOf(src), ctx), ctx, None,
                             {}) is type(obj)
     ns["lib"].overloads.clear()  # not built yet in this process: tried again after a call

@@ -487,7 +487,7 @@ def decode(node, ctx: Ctx):
 def _path_ok(src) -> bool:
     """A path evaluable without the call's arguments: from the globals or a pooled object,
     through attributes and items."""
-    while isinstance(src, (ir.Attr, ir.Item, ir.TypeOf)):
+    while isinstance(src, (ir.Attr, ir.Item, ir.DictItem, ir.TypeOf)):
         src = src.base
     return isinstance(src, (ir.Global, ir.ConstObj))
 
@@ -525,10 +525,15 @@ def _eval_path(src, ctx: Ctx, const, installed: dict):
     base = _eval_path(src.base, ctx, const, installed)
     if isinstance(src, ir.TypeOf):
         return type(base)
+    if isinstance(src, ir.DictItem):  # the dict's own storage, as the guard reads it
+        key = const(src.key_const)
+        if not isinstance(base, dict) or key not in dict.keys(base):
+            raise Pending(f"{src} does not resolve (yet)")
+        return dict.__getitem__(base, key)
     try:
         if isinstance(src, ir.Attr):
             return getattr(base, src.name)
-        return base[const(src.const) if src.const >= 0 else src.key]
+        return base[src.key]
     except (AttributeError, LookupError) as e:
         raise Pending(f"{src} does not resolve (yet): {type(e).__name__}: {e}") from None
 
