@@ -329,7 +329,8 @@ def helper_rank_{rank}(x):
     return x * SCALE
 
 def wrapper_rank_{rank}(x):
-    return helper_rank_{rank}(x) + SHIFT
+    shift = sum(s * SHIFT for s in (1.0,))  # a generator expression: a frame of its own
+    return helper_rank_{rank}(x) + shift
 """
 
 

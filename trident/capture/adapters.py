@@ -525,11 +525,18 @@ def _foreign_globals(orig):
         # `__globals__`: the version reads them through that path at each call, and a record
         # names them, and what they hold, by it (a new process finds them once the library
         # has generated its module again; persist.consts' "at" nodes).
-        funcvar = getattr(self, "funcvar", None)
-        fsrc = getattr(funcvar, "source", None)
-        if fsrc is not None and getattr(getattr(funcvar, "fn", None), "__globals__", None) is g:
-            src = AttrSource(fsrc, "__globals__")
-            return g, B.VariableBuilder(self, src)(g), DictGetItemSource(src, name)
+        # A frame Dynamo made for code with no source of its own (a generator expression in
+        # FlagGems' wrapper: `math.prod(... for size, tile_size in zip(...))`) takes the
+        # globals path of the nearest enclosing frame with one.
+        tx = self
+        while tx is not None:
+            funcvar = getattr(tx, "funcvar", None)
+            fsrc = getattr(funcvar, "source", None)
+            if fsrc is not None and getattr(getattr(funcvar, "fn", None), "__globals__",
+                                            None) is g:
+                src = AttrSource(fsrc, "__globals__")
+                return g, B.VariableBuilder(self, src)(g), DictGetItemSource(src, name)
+            tx = getattr(tx, "parent", None) if getattr(tx, "f_globals", None) is g else None
         # Otherwise a Trident-owned alias in the root frame's globals for this capture only (removed
         # by `active` on the way out), listed among the globals Dynamo installed: the
         # version's guards read the dict itself as a constant (guards.translate's
