@@ -198,6 +198,32 @@ def test_no_globals_alias_is_left_after_the_capture(h, tmp_path):
     torch.testing.assert_close(f(x), (x * 5.0 + 1).relu())
 
 
+def test_a_module_outside_sys_modules_is_guarded_through_its_function(h, tmp_path):
+    # FlagGems' other generators load a module from a file under a name that is not in
+    # sys.modules (`_gen_module_rank_2`): Dynamo would import sys.modules[__name__] for its
+    # globals and fail (ModuleNotFoundError), so the path ran eagerly.
+    import importlib.util
+
+    path = tmp_path / "gen_unlisted.py"
+    path.write_text(_GEN_SRC)
+    spec = importlib.util.spec_from_file_location("_trident_gen_unlisted_rank_2", path)
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    holder = types.SimpleNamespace(overloads={"2": m.wrapper})
+
+    def entry(x):
+        return holder.overloads["2"](x).relu()
+
+    f = trident.jit(entry, strict=True)
+    for _ in range(3):
+        h.check(f, entry, h.rand(8))
+    st = trident.stats(f)
+    assert st["versions"] == 1 and st["fallbacks"] == 0 and sum(st["hits"]) >= 2, st
+    m.SCALE = -4.0  # guarded through holder.overloads["2"].__globals__
+    x = h.rand(8)
+    torch.testing.assert_close(f(x), (x * -4.0 + 1).relu())
+
+
 # --- the registry: active() restores exactly what it set ----------------------------
 
 

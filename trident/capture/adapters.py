@@ -47,12 +47,14 @@ call time, so nothing it assumes goes unguarded.
   pointer and dtype, which is what the launch receives.
 * **Globals that are not their named module's** (FlagGems' generated
   wrappers: a module loaded from a file whose globals are then updated with
-  another module's, `__name__` included).  Dynamo would guard them as
-  attributes of `sys.modules[__name__]`, another object; Trident guards them
-  as items of the function's own globals dict (Dynamo's rule for a scope
-  with no name), through an alias that lives only while the capture runs:
-  the version reads the dict as a constant, and a record names it by the
-  module that owns it.
+  another module's, `__name__` included, or whose `__name__` is in no
+  `sys.modules`).  Dynamo would guard them as attributes of
+  `sys.modules[__name__]`, another object (or fail to import it); Trident
+  guards them as items of the function's own globals dict (Dynamo's rule for
+  a scope with no name): through `<function's source>.__globals__` where
+  Dynamo knows how it reached the function (or an enclosing frame's, for a
+  generator expression), else through an alias that lives only while the
+  capture runs, the version then reading the dict as a constant.
 """
 
 from __future__ import annotations
@@ -511,11 +513,17 @@ def _foreign_globals(orig):
         # generated modules copy another module's globals, `__name__`
         # included, so those guards would read a different module (and fail:
         # "module 'flag_gems.ops.gelu' has no attribute 'torch_device_fn'").
-        # When sys.modules[__name__] does not own these globals, guard them
-        # as a dict, as Dynamo does for a scope with no name.
+        # Others load a module from a file under a name that is not in sys.modules
+        # (`_gen_module_rank_2`), which Dynamo would import and fail.  When
+        # sys.modules[__name__] does not own these globals, guard them as a dict, as
+        # Dynamo does for a scope with no name.
         g = self.f_globals
-        mod = sys.modules.get(g.get("__name__")) if isinstance(g.get("__name__"), str) else None
-        if mod is None or getattr(mod, "__dict__", None) is g:
+        modname = g.get("__name__")
+        if not isinstance(modname, str) or modname.startswith("namedtuple_") \
+                or "torch_package" in modname:
+            return orig(self, name)
+        mod = sys.modules.get(modname)
+        if mod is not None and getattr(mod, "__dict__", None) is g:
             return orig(self, name)
         from torch._dynamo.source import AttrSource, DictGetItemSource, GlobalSource
         from torch._dynamo.variables import builder as B
