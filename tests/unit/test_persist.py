@@ -670,3 +670,25 @@ def test_an_object_by_the_path_its_guard_reads():
     assert not isinstance(e.value, consts.Pending)
     with pytest.raises(consts.NoName):  # a path from an argument cannot be followed
         consts.encode_at(obj, ir.Attr(ir.Local(0, "x"), "fn"), ctx)
+
+
+def test_a_code_object_of_a_named_function_resolves_through_that_function():
+    import json as lib  # a library class's method, whose function is pooled nowhere
+
+    code = lib.JSONEncoder.encode.__code__
+    ctx = consts.Ctx(fn=_host, globals={}, builtins={})
+    node = consts.encode(code, ctx)
+    assert node[0] == "code_of" and node[1][:3] == ("ref", "json.encoder", "JSONEncoder.encode")
+    assert consts.decode(node, ctx) is code
+    with pytest.raises(consts.NoName):  # a lambda's code has no name to find it by
+        consts.encode((lambda: 0).__code__, ctx)
+
+
+def test_a_property_getters_code_resolves_through_the_property():
+    import fractions as lib
+
+    getter = lib.Fraction.numerator.fget
+    ctx = consts.Ctx(fn=_host, globals={}, builtins={}, pool=(getter,))
+    for obj in (getter.__code__, getter):  # the code (its function pooled too) and the getter
+        node = consts.encode(obj, ctx)
+        assert consts.decode(node, ctx) is obj, node

@@ -255,9 +255,16 @@ def encode(obj, ctx: Ctx, depth: int = 0):
     if t is types.CodeType:
         owner = next((f for f in ctx.pool if isinstance(f, types.FunctionType)
                       and f.__code__ is obj), None)
-        if owner is None:
-            raise NoName(f"code object {obj.co_qualname} belongs to no pooled function")
-        return ("code_of", encode(owner, ctx, depth + 1))
+        if owner is not None:
+            try:
+                return ("code_of", encode(owner, ctx, depth + 1))
+            except NoName:
+                pass
+        node = _code_by_name(obj)
+        if node is None:
+            raise NoName(f"code object {obj.co_qualname} belongs to no pooled or named "
+                         "function")
+        return node
     if isinstance(obj, Resolver):
         return _encode_resolver(obj, ctx, depth)
     if _is_triton(obj) and type(obj).__name__ == "Config" and hasattr(obj, "__setstate__"):
@@ -307,6 +314,33 @@ def _decode_resolver(node, ctx: Ctx) -> Resolver:
     return r
 
 
+def _code_by_name(co):
+    """The node of the code of a function or property accessor of an imported module, found by
+    the module's file and the code's qualified name (a guard on `type(self.config).__mro__[4]
+    .__getattribute__.__code__`: a library class's method reached through an argument), or
+    None."""
+    qualname = getattr(co, "co_qualname", None)
+    if not isinstance(qualname, str) or "<" in qualname:
+        return None
+    for name, m in list(sys.modules.items()):
+        if getattr(m, "__file__", None) != co.co_filename:
+            continue
+        try:
+            found = _resolve(name, qualname, imports=False)
+        except Exception:  # noqa: BLE001 - not there under that name
+            continue
+        ref = ("ref", name, qualname, fingerprint(found))
+        f = getattr(found, "__func__", found)
+        if isinstance(f, types.FunctionType) and f.__code__ is co:
+            return ("code_of", ref)
+        if isinstance(found, property):
+            for acc in ("fget", "fset", "fdel"):
+                g = getattr(found, acc)
+                if isinstance(g, types.FunctionType) and g.__code__ is co:
+                    return ("attr", ("attr", ref, acc), "__code__")
+    return None
+
+
 _INNER = ("fn", "__wrapped__", "__func__")
 
 
@@ -345,6 +379,10 @@ def _named(obj, ctx: Ctx, depth: int):
             found = None
         if found is obj:
             return ("ref", module, qualname, fingerprint(obj))
+        if isinstance(found, property):  # a property's getter, setter or deleter
+            acc = next((a for a in ("fget", "fset", "fdel") if getattr(found, a) is obj), None)
+            if acc is not None:
+                return ("attr", ("ref", module, qualname, fingerprint(found)), acc)
         path = _inner_path(found, obj)  # the function a decorator object at that name wraps
         if path is not None:  # (Triton's constexpr_function, FlagGems' libentry)
             node = ("ref", module, qualname, fingerprint(found))
