@@ -107,7 +107,53 @@ if DEV == "cuda":
             return flag_gems.ops.mm(x, w)
 
 
+if os.environ.get("COLD_QWEN3") == "1":
+    # Qwen3 at 2 layers (tiny dimensions on CPU, Qwen3-8B's on CUDA; random weights), its
+    # decoder layers' forward compiled (llm_decode's "layer" region, KV-cache update
+    # included): `qwen3` is a prefill of 8 tokens and two decode steps.
+    import sys as _sys
+
+    _sys.path.insert(0, os.path.join(os.environ["COLD_ROOT"], "benchmarks"))
+    from llm_decode.models import model_config
+    from llm_decode.modes import region_classes
+    from transformers import AutoModelForCausalLM, DynamicCache
+
+    class _Cfg:
+        tiny, layers, attn, experts = DEV == "cpu", 2, "eager", "eager"
+
+    QCFG = model_config("qwen3", _Cfg.tiny, 2, "eager", "eager")
+    torch.manual_seed(0)
+    with torch.device(DEV):
+        QMODEL = AutoModelForCausalLM.from_config(QCFG, dtype=DT).eval().requires_grad_(False)
+    QREGIONS = region_classes(QMODEL, ["layer"])
+    QWRAPPED = {}
+    for _k, _r in QREGIONS.items():
+        QWRAPPED[_k] = wrap(_r.orig)
+        _r.install(QWRAPPED[_k])
+
+    def qwen3(ids):
+        cache = DynamicCache(config=QCFG)
+        with torch.no_grad():
+            out = QMODEL(input_ids=ids, past_key_values=cache, use_cache=True)
+            for _ in range(2):
+                nxt = out.logits[:, -1:].argmax(-1)
+                out = QMODEL(input_ids=nxt, past_key_values=cache, use_cache=True)
+        return out.logits
+
+    def qwen3_eager(ids):
+        for r in QREGIONS.values():
+            r.restore()
+        try:
+            return qwen3(ids)
+        finally:
+            for k, r in QREGIONS.items():
+                r.install(QWRAPPED[k])
+
+
 def inputs(name):
+    if name == "qwen3":
+        g = torch.Generator().manual_seed(int(os.environ.get("COLD_SEED", "0")))
+        return (torch.randint(0, QCFG.vocab_size, (1, 8), generator=g).to(DEV),)
     x = torch.randn(64, N, device=DEV, dtype=DT)
     if name in ("mlp", "fg_mm"):
         w = torch.randn(N, N, device=DEV, dtype=DT) / N ** 0.5
@@ -129,6 +175,12 @@ if mode != "compile":
 import cold_start_fns as m
 
 t_import = time.perf_counter()
+
+
+def _jitted(name):  # the trident.jit functions a name stands for
+    return list(m.QWRAPPED.values()) if name == "qwen3" else [getattr(m, name)]
+
+
 out = {"import_ms": 1e3 * (t_import - t0), "first_ms": {}, "checks": {}}
 torch.manual_seed(int(os.environ.get("COLD_SEED", "0")))
 args = {name: m.inputs(name) for name in NAMES}
@@ -142,7 +194,7 @@ for name in NAMES:
     out["first_ms"][name] = 1e3 * (time.perf_counter() - t)
 out["total_ms"] = 1e3 * (time.perf_counter() - t0 - t_args)
 if mode != "compile":  # each function was called once: a hit means its first call was one
-    out["first_native"] = {name: sum(trident.stats(getattr(m, name))["hits"]) > 0
+    out["first_native"] = {name: all(sum(trident.stats(f)["hits"]) > 0 for f in _jitted(name))
                            for name in NAMES}
 out["second_ms"] = {}
 for name in NAMES:  # a second call on fresh inputs of the same shapes
@@ -154,16 +206,21 @@ for name in NAMES:  # a second call on fresh inputs of the same shapes
     out["second_ms"][name] = 1e3 * (time.perf_counter() - t)
 for name in NAMES:
     fn = getattr(m, name)
-    eager = fn.__wrapped__ if mode != "compile" else fn._torchdynamo_orig_callable
-    tol = {} if args[name][0].dtype == torch.float32 else {"atol": 3e-2, "rtol": 3e-2}
+    if name == "qwen3":
+        eager = m.qwen3_eager
+    else:
+        eager = fn.__wrapped__ if mode != "compile" else fn._torchdynamo_orig_callable
+    tol = {"atol": 3e-2, "rtol": 3e-2} if name == "qwen3" or \
+        args[name][0].dtype != torch.float32 else {}
     torch.testing.assert_close(fn(*args[name]), eager(*args[name]), **tol)
     if mode != "compile":
-        st = trident.stats(fn)
-        c = out["checks"][name] = {"captures": st["captures"], "hits": sum(st["hits"]),
-                                   "compiled": st["compiled_units"],
-                                   "origins": st.get("origins")}
+        sts = [trident.stats(f) for f in _jitted(name)]
+        c = out["checks"][name] = {"captures": sum(st["captures"] for st in sts),
+                                   "hits": sum(sum(st["hits"]) for st in sts),
+                                   "compiled": [u for st in sts for u in st["compiled_units"]],
+                                   "origins": [o for st in sts for o in st.get("origins", [])]}
         if c["captures"] or not c["hits"] or c["compiled"]:  # why: explain's summary lines
-            text = trident.explain(fn).splitlines()
+            text = [ln for f in _jitted(name) for ln in trident.explain(f).splitlines()]
             c["why"] = [ln.strip() for ln in text if not ln.startswith("    ")
                         or "not persisted" in ln or "not loaded" in ln or "note:" in ln
                         or "runs eagerly" in ln][:40]
@@ -172,10 +229,11 @@ print(json.dumps(out))
 '''
 
 
-def _names(device: str, flaggems: bool) -> tuple:
+def _names(device: str, flaggems: bool, qwen3: bool = False) -> tuple:
+    q = ("qwen3",) if qwen3 else ()
     if device == "cpu":
-        return CPU_NAMES
-    return CUDA_NAMES + (FG_NAMES if flaggems else ())
+        return CPU_NAMES + q
+    return CUDA_NAMES + (FG_NAMES if flaggems else ()) + q
 
 MODES = {"trident": {"COLD_MODE": "trident", "TRIDENT_CACHE": "on"},
          "trident_off": {"COLD_MODE": "trident", "TRIDENT_CACHE": "off"},
@@ -184,11 +242,13 @@ TITLES = {"trident": "Trident, from disk", "trident_off": "Trident, TRIDENT_CACH
           "compile": "torch.compile, caches warm"}
 
 
-def _child(work: Path, mode: str, seed: int, device: str, flaggems: bool) -> dict:
+def _child(work: Path, mode: str, seed: int, device: str, flaggems: bool,
+           qwen3: bool = False) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRIDENT_", "TORCHINDUCTOR_"))}
     path = os.pathsep.join([str(work), str(ROOT)] + [os.environ.get("PYTHONPATH", "")])
     env.update(MODES[mode], COLD_SEED=str(seed), COLD_DEVICE=device,
-               COLD_FLAGGEMS="1" if flaggems else "0", PYTHONPATH=path.rstrip(os.pathsep),
+               COLD_FLAGGEMS="1" if flaggems else "0", COLD_QWEN3="1" if qwen3 else "0",
+               COLD_ROOT=str(ROOT), PYTHONPATH=path.rstrip(os.pathsep),
                TRIDENT_CACHE_DIR=str(work / "trident_cache"),
                TORCHINDUCTOR_CACHE_DIR=str(work / "inductor_cache"),
                TORCHINDUCTOR_FX_GRAPH_CACHE="1", TORCHINDUCTOR_AUTOGRAD_CACHE="1")
@@ -210,13 +270,16 @@ def main():
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--flaggems", action="store_true",
                     help="with --device cuda: add FlagGems' silu, rms_norm and mm")
+    ap.add_argument("--qwen3", action="store_true",
+                    help="add Qwen3 at 2 layers (decoder layers compiled; needs transformers): "
+                         "a prefill and two decode steps")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     if a.out is None:
         stem = "cold_start" if a.device == "cpu" else "cold_start_cuda"
         a.out = str(ROOT / "benchmarks" / "results" / "latest" / f"{stem}.md")
     global NAMES
-    NAMES = _names(a.device, a.flaggems)
+    NAMES = _names(a.device, a.flaggems, a.qwen3)
 
     sys.path.insert(0, str(ROOT))
     import torch
@@ -232,12 +295,12 @@ def main():
     rt = Path(build.runtime_module().__file__).parent  # not rebuilt in the children
     shutil.copytree(rt, cache / "runtime" / rt.name)
     try:
-        warm = {m: [_child(work, m, seed, a.device, a.flaggems)
+        warm = {m: [_child(work, m, seed, a.device, a.flaggems, a.qwen3)
                     for seed in range(100, 100 + a.warmups)] for m in ("trident", "compile")}
         runs = {m: [] for m in MODES}
         for i in range(a.runs):  # interleaved, so that drift in the machine's load hits all
             for m in MODES:
-                runs[m].append(_child(work, m, i, a.device, a.flaggems))
+                runs[m].append(_child(work, m, i, a.device, a.flaggems, a.qwen3))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     bad = [(m, r["checks"]) for m in ("trident",) for r in runs[m]
@@ -291,13 +354,18 @@ def _report(a, torch, warm, runs, bad) -> str:
         f"- commit: {report_info.commit()}",
         f"- machine: {report_info.machine(torch)}",
         f"- command: `python benchmarks/cold_start.py --runs {a.runs} --device {a.device}"
-        + (" --flaggems`" if a.flaggems else "`"),
+        + (" --flaggems" if a.flaggems else "") + (" --qwen3" if a.qwen3 else "") + "`",
         "- method: each run is a fresh process; torch is imported before the clock starts; "
         f"per mode the median of the runs (modes interleaved), after {a.warmups} warm-up "
         "run(s) per mode that fill Trident's records and builds and Inductor's FX graph and AOTAutograd "
         "caches. Inputs: " + ("(64, 256) float32 CPU tensors." if a.device == "cpu" else
                               "(64, 4096) bfloat16 CUDA tensors; each first call ends with "
                               "a torch.cuda.synchronize()."),
+        *(["- qwen3: Qwen3 at 2 layers (" + ("tiny dimensions" if a.device == "cpu" else
+            "Qwen3-8B's dimensions") + ", random weights, eager attention), its decoder layers' "
+           "forward compiled (llm_decode's `layer` region); its first call is a prefill of 8 "
+           "tokens and two decode steps; the import row includes building the model."]
+          if a.qwen3 else []),
         "- first call: the function's first call in the process (Trident from disk: the "
         "record loaded, its C regenerated, every object and the linked SCM found in the "
         "cache, the SCM loaded, then the call served natively); import: `import trident` and "
