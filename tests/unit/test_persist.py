@@ -692,3 +692,14 @@ def test_a_property_getters_code_resolves_through_the_property():
     for obj in (getter.__code__, getter):  # the code (its function pooled too) and the getter
         node = consts.encode(obj, ctx)
         assert consts.decode(node, ctx) is obj, node
+
+
+def test_a_restore_fingerprints_each_object_once(monkeypatch):
+    calls = []
+    real = consts._fp
+    monkeypatch.setattr(consts, "_fp", lambda o, h, d: (calls.append(o), real(o, h, d)))
+    with consts.memo():
+        a = [consts.fingerprint(_plain) for _ in range(3)]
+    assert len(set(a)) == 1 and len(calls) == 1
+    consts.fingerprint(_plain)  # outside a restore: computed again (code may have changed)
+    assert len(calls) == 2

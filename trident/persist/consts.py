@@ -26,11 +26,13 @@ A name that does not resolve in the new process raises `Unresolved`: that versio
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import hashlib
 import importlib
 import io
 import sys
+import threading
 import types
 from dataclasses import dataclass
 
@@ -51,13 +53,36 @@ def _keyed(module) -> bool:
     return top in _KEYED or top in sys.stdlib_module_names
 
 
+_MEMO = threading.local()
+
+
+@contextlib.contextmanager
+def memo():
+    """Within it, this thread computes each object's fingerprint once (a restore checks the
+    same classes and functions for many constants; code does not change meanwhile)."""
+    outer = getattr(_MEMO, "d", None)
+    _MEMO.d = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _MEMO.d = outer
+
+
 def fingerprint(obj) -> str:
     """A digest of the user code an object stands for: a function's code, a class's methods
     and simple attributes over its MRO, an instance's class and wrapped function.  Code of
     torch, Triton, Trident and the standard library counts by name only (the key covers it)."""
+    d = getattr(_MEMO, "d", None)
+    if d is not None:
+        hit = d.get(id(obj))
+        if hit is not None and hit[0] is obj:
+            return hit[1]
     h = hashlib.sha256()
     _fp(obj, h, 0)
-    return h.hexdigest()[:20]
+    fp = h.hexdigest()[:20]
+    if d is not None:
+        d[id(obj)] = (obj, fp)  # (the object kept alive: its id is not reused meanwhile)
+    return fp
 
 
 def _fp(obj, h, depth: int) -> None:

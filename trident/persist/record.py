@@ -37,7 +37,7 @@ from .. import config
 from ..ir import nodes as ir
 from ..native import build
 from .consts import (BY_NAME, Ctx, NoName, Pending, Unresolved, decode, decode_at, encode,
-                     encode_at, load_module)
+                     encode_at, load_module, memo)
 from .key import FORMAT, environment, function_key
 
 log = logging.getLogger("trident")
@@ -319,23 +319,24 @@ def _load(scm, st: _State, blobs: list, t0: float, last_try: bool = False) -> in
     ctx = _ctx(scm)
     versions, units, installs, kept = [], [], {}, []
     start = len(scm.versions)
-    for i, blob in blobs:
-        try:
-            v, inst, unit, same = decode_version(blob, ctx, start + len(versions))
-        except Pending as e:
-            if last_try:
-                st.dropped.append(f"version {i} of the record: {e} after a call")
-            else:
-                st.pending.append((i, blob))
-                st.notes.append(f"version {i} of the record waits for a call: {e}")
-            continue
-        except Exception as e:  # noqa: BLE001 - that version is captured again
-            st.dropped.append(f"version {i} of the record: {type(e).__name__}: {e}")
-            continue
-        versions.append(v)
-        units.append(unit)
-        installs.update(inst)
-        kept.append((same, blob))
+    with memo():  # each object's fingerprint computed once for all the versions
+        for i, blob in blobs:
+            try:
+                v, inst, unit, same = decode_version(blob, ctx, start + len(versions))
+            except Pending as e:
+                if last_try:
+                    st.dropped.append(f"version {i} of the record: {e} after a call")
+                else:
+                    st.pending.append((i, blob))
+                    st.notes.append(f"version {i} of the record waits for a call: {e}")
+                continue
+            except Exception as e:  # noqa: BLE001 - that version is captured again
+                st.dropped.append(f"version {i} of the record: {type(e).__name__}: {e}")
+                continue
+            versions.append(v)
+            units.append(unit)
+            installs.update(inst)
+            kept.append((same, blob))
     if not versions:
         return 0
     for name, obj in installs.items():  # Dynamo's module aliases, as its captures make
