@@ -1,6 +1,8 @@
 """Cold start from a warm disk cache: a fresh process's time to its first results.
 
-    python benchmarks/cold_start.py [--runs 5] [--device cpu|cuda] [--out FILE]
+    python benchmarks/cold_start.py [--runs 5] [--device cpu|cuda] [--flaggems] [--qwen3]
+                                    [--profile NAME [--profile-out FILE]] [--keep DIR]
+                                    [--out FILE]
 
 On CPU, three small functions (silu(x) * w, an RMS norm, relu(x @ w + b) on (64, 256) float32
 tensors); with `--device cuda`, the user-written Triton host code of trident/examples
@@ -18,12 +20,15 @@ module, and calls each function once on fresh inputs:
   objects still come from the build cache): what persistence saves;
 - `torch.compile`: the default (Inductor) backend with its on-disk caches warm (FX graph cache,
   AOTAutograd cache, in their own TORCHINDUCTOR_CACHE_DIR): Dynamo still traces each function
-  in every new process.
+  in every new process;
+- `eager`: the plain functions, no compiler: the floor (the imports, cuBLAS's and Triton's
+  first use, a library's own first call) that every mode pays.
 
 Reported per mode: the median over the runs of each function's first call, of the import (for
 Trident: `import trident` and the module, whose `trident.jit` loads the runtime), and of the
-total from the clock's start to the last function's first result.  Before the measured runs,
-each mode runs twice to fill its caches.  Results go to benchmarks/results/latest/cold_start.md
+total from the clock's start to the last function's first result, and what each compiler adds
+over eager (its total minus eager's).  Before the measured runs, each mode runs twice to fill
+its caches.  `--profile NAME` adds one process per mode with a cProfile of NAME's first call.  Results go to benchmarks/results/latest/cold_start.md
 unless --out says otherwise.
 """
 
@@ -55,6 +60,9 @@ import torch
 
 if os.environ["COLD_MODE"] == "compile":
     wrap = torch.compile
+elif os.environ["COLD_MODE"] == "eager":
+    def wrap(f):
+        return f
 else:
     import trident
 
@@ -170,7 +178,7 @@ import torch
 
 mode = os.environ["COLD_MODE"]
 t0 = time.perf_counter()
-if mode != "compile":
+if mode not in ("compile", "eager"):
     import trident
 import cold_start_fns as m
 
@@ -185,15 +193,26 @@ out = {"import_ms": 1e3 * (t_import - t0), "first_ms": {}, "checks": {}}
 torch.manual_seed(int(os.environ.get("COLD_SEED", "0")))
 args = {name: m.inputs(name) for name in NAMES}
 t_args = time.perf_counter() - t_import  # not counted: input generation
+PROFILE = os.environ.get("COLD_PROFILE")
 for name in NAMES:
     fn = getattr(m, name)
+    if name == PROFILE:
+        import cProfile
+        prof = cProfile.Profile()
+        prof.enable()
     t = time.perf_counter()
     r = fn(*args[name])
     if args[name][0].is_cuda:
         torch.cuda.synchronize()
     out["first_ms"][name] = 1e3 * (time.perf_counter() - t)
+    if name == PROFILE:
+        import io, pstats
+        prof.disable()
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(60)
+        out["profile"] = text.getvalue()
 out["total_ms"] = 1e3 * (time.perf_counter() - t0 - t_args)
-if mode != "compile":  # each function was called once: a hit means its first call was one
+if mode not in ("compile", "eager"):  # each function was called once: a hit means its first call was one
     out["first_native"] = {name: all(sum(trident.stats(f)["hits"]) > 0 for f in _jitted(name))
                            for name in NAMES}
 out["second_ms"] = {}
@@ -209,11 +228,12 @@ for name in NAMES:
     if name == "qwen3":
         eager = m.qwen3_eager
     else:
-        eager = fn.__wrapped__ if mode != "compile" else fn._torchdynamo_orig_callable
+        eager = {"compile": lambda: fn._torchdynamo_orig_callable,
+                 "eager": lambda: fn}.get(mode, lambda: fn.__wrapped__)()
     tol = {"atol": 3e-2, "rtol": 3e-2} if name == "qwen3" or \
         args[name][0].dtype != torch.float32 else {}
     torch.testing.assert_close(fn(*args[name]), eager(*args[name]), **tol)
-    if mode != "compile":
+    if mode not in ("compile", "eager"):
         sts = [trident.stats(f) for f in _jitted(name)]
         c = out["checks"][name] = {"captures": sum(st["captures"] for st in sts),
                                    "hits": sum(sum(st["hits"]) for st in sts),
@@ -237,13 +257,14 @@ def _names(device: str, flaggems: bool, qwen3: bool = False) -> tuple:
 
 MODES = {"trident": {"COLD_MODE": "trident", "TRIDENT_CACHE": "on"},
          "trident_off": {"COLD_MODE": "trident", "TRIDENT_CACHE": "off"},
-         "compile": {"COLD_MODE": "compile"}}
+         "compile": {"COLD_MODE": "compile"},
+         "eager": {"COLD_MODE": "eager"}}
 TITLES = {"trident": "Trident, from disk", "trident_off": "Trident, TRIDENT_CACHE=off",
-          "compile": "torch.compile, caches warm"}
+          "compile": "torch.compile, caches warm", "eager": "eager (no compiler)"}
 
 
 def _child(work: Path, mode: str, seed: int, device: str, flaggems: bool,
-           qwen3: bool = False) -> dict:
+           qwen3: bool = False, profile: str | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRIDENT_", "TORCHINDUCTOR_"))}
     path = os.pathsep.join([str(work), str(ROOT)] + [os.environ.get("PYTHONPATH", "")])
     env.update(MODES[mode], COLD_SEED=str(seed), COLD_DEVICE=device,
@@ -252,6 +273,8 @@ def _child(work: Path, mode: str, seed: int, device: str, flaggems: bool,
                TRIDENT_CACHE_DIR=str(work / "trident_cache"),
                TORCHINDUCTOR_CACHE_DIR=str(work / "inductor_cache"),
                TORCHINDUCTOR_FX_GRAPH_CACHE="1", TORCHINDUCTOR_AUTOGRAD_CACHE="1")
+    if profile:
+        env["COLD_PROFILE"] = profile
     t = time.perf_counter()
     proc = subprocess.run([sys.executable, str(work / "child.py")], env=env, cwd=work,
                           capture_output=True, text=True, timeout=600, check=False)
@@ -274,6 +297,13 @@ def main():
                     help="add Qwen3 at 2 layers (decoder layers compiled; needs transformers): "
                          "a prefill and two decode steps")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--profile", default=None, metavar="NAME",
+                    help="after the runs, one more process per mode with a cProfile of NAME's "
+                         "first call, written to --profile-out")
+    ap.add_argument("--profile-out", default="cold_start_profile.txt")
+    ap.add_argument("--keep", default=None, metavar="DIR",
+                    help="work in DIR (created) and keep it: the module, child.py and the caches, "
+                         "to rerun or profile a child by hand")
     a = ap.parse_args()
     if a.out is None:
         stem = "cold_start" if a.device == "cpu" else "cold_start_cuda"
@@ -286,7 +316,11 @@ def main():
 
     from trident.native import build
 
-    work = Path(tempfile.mkdtemp(prefix="trident_cold_start_"))
+    if a.keep:
+        work = Path(a.keep).resolve()
+        work.mkdir(parents=True)
+    else:
+        work = Path(tempfile.mkdtemp(prefix="trident_cold_start_"))
     (work / "cold_start_fns.py").write_text(MODULE)
     (work / "child.py").write_text(CHILD.replace("NAMES", repr(NAMES)))
     cache = work / "trident_cache"
@@ -296,13 +330,21 @@ def main():
     shutil.copytree(rt, cache / "runtime" / rt.name)
     try:
         warm = {m: [_child(work, m, seed, a.device, a.flaggems, a.qwen3)
-                    for seed in range(100, 100 + a.warmups)] for m in ("trident", "compile")}
+                    for seed in range(100, 100 + a.warmups)]
+                for m in ("trident", "compile", "eager")}
         runs = {m: [] for m in MODES}
         for i in range(a.runs):  # interleaved, so that drift in the machine's load hits all
             for m in MODES:
                 runs[m].append(_child(work, m, i, a.device, a.flaggems, a.qwen3))
+        if a.profile:
+            with open(a.profile_out, "w") as f:
+                for m in MODES:
+                    r = _child(work, m, 0, a.device, a.flaggems, a.qwen3, profile=a.profile)
+                    f.write(f"## {TITLES[m]}: first call of {a.profile}: "
+                            f"{r['first_ms'][a.profile]:.1f} ms\n\n{r.get('profile', '')}\n")
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if not a.keep:
+            shutil.rmtree(work, ignore_errors=True)
     bad = [(m, r["checks"]) for m in ("trident",) for r in runs[m]
            if any(c["captures"] or not c["hits"] or c["compiled"] for c in r["checks"].values())]
     report = _report(a, torch, warm, runs, bad)
@@ -337,6 +379,18 @@ def _eager_first(rows) -> list[str]:
                 f"`{n}` (second call {_median(rows, lambda r, n=n: r['second_ms'][n]):.1f} ms, "
                 f"eager first in {sum(not r['first_native'][n] for r in rows)}/{len(rows)} runs)"
                 for n in names) + "."]
+
+
+def _dynamo_note(runs) -> str:
+    if not any(r["dynamo_imported"] for r in runs["trident"]):
+        return "Dynamo was never imported"
+    if all(r["dynamo_imported"] for r in runs["eager"]):
+        return "Dynamo was imported (by a library: the eager processes imported it too)"
+    return "Dynamo was imported (not by the eager processes)"
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.1f}x" if b > 0 else "Trident adds nothing measurable"
 
 
 def _median(rows, get) -> float:
@@ -386,11 +440,15 @@ def _report(a, torch, warm, runs, bad) -> str:
               f"ms (goal <= 100 ms); total {med['trident']['total']:.0f} ms against "
               f"torch.compile's {med['compile']['total']:.0f} ms "
               f"({med['compile']['total'] / med['trident']['total']:.1f}x; goal >= 10x).",
+              "- over eager (each mode's total minus the eager process's: what the compiler "
+              f"adds to a new process): Trident {med['trident']['total'] - med['eager']['total']:.0f}"
+              f" ms, torch.compile {med['compile']['total'] - med['eager']['total']:.0f} ms ("
+              + _ratio(med['compile']['total'] - med['eager']['total'],
+                       med['trident']['total'] - med['eager']['total']) + ").",
               *_eager_first(runs["trident"]),
               "- checks: " + ("every Trident-from-disk run served each function's first call "
                               "with 0 captures, hits > 0 and no C unit compiled; Dynamo was "
-                              f"{'imported' if any(r['dynamo_imported'] for r in runs['trident']) else 'never imported'} "
-                              "in those processes" if not bad else "FAILED:"),
+                              f"{_dynamo_note(runs)} in those processes" if not bad else "FAILED:"),
               *_failures(bad),
               "- warm-up runs (ms, total): " + "; ".join(
                   f"{TITLES[m]}: " + ", ".join(f"{r['total_ms']:.0f}" for r in rs)

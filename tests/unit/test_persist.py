@@ -97,6 +97,9 @@ with warnings.catch_warnings(record=True) as rec:
                      "compiled": st["compiled_units"], "origins": st["origins"],
                      "explain": trident.explain(fn)}
 out["warnings"] = [str(w.message) for w in rec if issubclass(w.category, RuntimeWarning)]
+import gc
+
+out["gc_enabled"] = gc.isenabled()
 print(json.dumps(out))
 '''
 
@@ -169,6 +172,33 @@ def test_a_new_process_serves_hits_from_disk_without_capture_or_compiler(world, 
         assert b[name]["origins"] == ["disk"]
         assert "version 0: loaded from disk" in b[name]["explain"]
     assert not b["warnings"], b["warnings"]
+    assert b["gc_enabled"]  # the collector, paused during each restore, is on again
+
+
+def test_the_collector_pause_nests_and_keeps_a_disabled_collector_off():
+    import gc
+    import threading
+
+    assert gc.isenabled()
+    try:
+        with record._collector_paused():
+            assert not gc.isenabled()
+            done = threading.Event()
+
+            def other():
+                with record._collector_paused():
+                    done.set()
+            t = threading.Thread(target=other)
+            t.start()
+            t.join()
+            assert done.is_set() and not gc.isenabled()  # the inner exit does not re-enable
+        assert gc.isenabled()
+        gc.disable()  # the program's own choice stays
+        with record._collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 def test_a_changed_global_or_default_misses_that_version(world, root):

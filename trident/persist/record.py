@@ -20,7 +20,9 @@ function's recompile limit (`loadable`).  `TRIDENT_CACHE=off` turns both directi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import hashlib
 import io
 import logging
@@ -28,6 +30,7 @@ import os
 import pickle
 import secrets
 import sys
+import threading
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -46,6 +49,31 @@ KIND = "persist"  # the build cache's kind folder of records
 RECORD = "record.pkl"
 # This process, so that it does not load its own records.
 _PROCESS = secrets.token_hex(8)
+
+_GC_LOCK = threading.Lock()
+_GC_PAUSES = [0, False]  # restores running, whether the collector was enabled at the first
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Python's cyclic collector off while a restore decodes and installs (it allocates a few
+    thousand acyclic IR objects per version).  Right after a large import (transformers, a
+    model), a full collection of the import's garbage is due, and those allocations tipped it
+    into the restore (145 ms of Qwen3's 200 ms first call on CPU); paused, it stays due, and
+    the program pays it at its next collection as an eager process does.  Nested and threaded
+    restores count: the collector is re-enabled by the last one out, if it was on."""
+    with _GC_LOCK:
+        if _GC_PAUSES[0] == 0:
+            _GC_PAUSES[1] = gc.isenabled()
+            gc.disable()
+        _GC_PAUSES[0] += 1
+    try:
+        yield
+    finally:
+        with _GC_LOCK:
+            _GC_PAUSES[0] -= 1
+            if _GC_PAUSES[0] == 0 and _GC_PAUSES[1]:
+                gc.enable()
 
 
 # -- versions ------------------------------------------------------------------------------------
@@ -268,22 +296,27 @@ def restore(scm) -> bool:
     t0 = time.perf_counter()
     old_globals = scm.globals
     try:
-        key = _key(scm, st)
-        found = _read(scm, st, key)
-        if found is None:
-            return False
-        folder, head = found
-        if head.get("globals") is not None:
-            scm.globals = load_module(head["globals"]).__dict__
-        blobs = head["versions"][:loadable(scm.options.max_versions)]
-        n = _load(scm, st, list(enumerate(blobs)), t0)
-        if not n and not st.pending:
-            scm.globals = old_globals
-            return False
+        with _collector_paused():
+            return _restore(scm, st, t0)
     except Exception as e:  # noqa: BLE001 - a load failure is a miss, never a crash
         scm.globals = old_globals
         log.debug("trident: restoring %s failed", scm.fn.__qualname__, exc_info=True)
         _warn(scm, st, f"not using the persisted versions: {type(e).__name__}: {e}")
+        return False
+
+
+def _restore(scm, st: _State, t0: float) -> bool:
+    old_globals = scm.globals
+    found = _read(scm, st, _key(scm, st))
+    if found is None:
+        return False
+    folder, head = found
+    if head.get("globals") is not None:
+        scm.globals = load_module(head["globals"]).__dict__
+    blobs = head["versions"][:loadable(scm.options.max_versions)]
+    n = _load(scm, st, list(enumerate(blobs)), t0)
+    if not n and not st.pending:
+        scm.globals = old_globals
         return False
     st.record = folder
     st.content = head.get("content") if n == len(head["versions"]) == len(st.entries) \
@@ -303,7 +336,8 @@ def retry(scm) -> bool:
         return False
     pending, st.pending = st.pending, []
     try:
-        n = _load(scm, st, pending, time.perf_counter(), last_try=True)
+        with _collector_paused():
+            n = _load(scm, st, pending, time.perf_counter(), last_try=True)
     except Exception as e:  # noqa: BLE001 - a load failure is a miss, never a crash
         log.debug("trident: restoring %s failed", scm.fn.__qualname__, exc_info=True)
         _warn(scm, st, f"not using the persisted versions: {type(e).__name__}: {e}")
