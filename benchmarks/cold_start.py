@@ -28,7 +28,8 @@ Reported per mode: the median over the runs of each function's first call, of th
 Trident: `import trident` and the module, whose `trident.jit` loads the runtime), and of the
 total from the clock's start to the last function's first result, and what each compiler adds
 over eager (its total minus eager's).  Before the measured runs, each mode runs twice to fill
-its caches.  `--profile NAME` adds one process per mode with a cProfile of NAME's first call.  Results go to benchmarks/results/latest/cold_start.md
+its caches.  `--profile NAME` adds a Trident-from-disk and an eager process with a cProfile of NAME's
+first call.  Results go to benchmarks/results/latest/cold_start.md
 unless --out says otherwise.
 """
 
@@ -298,7 +299,7 @@ def main():
                          "a prefill and two decode steps")
     ap.add_argument("--out", default=None)
     ap.add_argument("--profile", default=None, metavar="NAME",
-                    help="after the runs, one more process per mode with a cProfile of NAME's "
+                    help="after the runs, one more Trident-from-disk and eager process with a cProfile of NAME's "
                          "first call, written to --profile-out")
     ap.add_argument("--profile-out", default="cold_start_profile.txt")
     ap.add_argument("--keep", default=None, metavar="DIR",
@@ -338,7 +339,7 @@ def main():
                 runs[m].append(_child(work, m, i, a.device, a.flaggems, a.qwen3))
         if a.profile:
             with open(a.profile_out, "w") as f:
-                for m in MODES:
+                for m in ("trident", "eager"):
                     r = _child(work, m, 0, a.device, a.flaggems, a.qwen3, profile=a.profile)
                     f.write(f"## {TITLES[m]}: first call of {a.profile}: "
                             f"{r['first_ms'][a.profile]:.1f} ms\n\n{r.get('profile', '')}\n")
