@@ -149,11 +149,10 @@ def test_triton_versions_load_from_disk_in_a_new_process(tmp_path):
     b = _run(tmp_path, root, 2)
     for name in b["names"]:
         c = b[name]
-        # FlagGems generates and caches a pointwise operator's kernel on its first call in a
-        # process, which the loaded version's guards read: that first call misses and runs
-        # eagerly (uncaptured) when those guards read that cache; the next hits.
-        hits = (1, 2) if name == "fg_silu" else (2,)
-        if c["captures"] or c["hits"] not in hits or c["compiled"] or c["origins"] != ["disk"]:
+        # FlagGems generates a pointwise operator's module on its first call in a process, and
+        # the loaded version's guards read it: the load generates it (persist.consts.FILLERS),
+        # so both calls are native hits.
+        if c["captures"] or c["hits"] != 2 or c["compiled"] or c["origins"] != ["disk"]:
             problems.append("B " + _why(b, name))
     assert not problems, "\n\n".join(problems)
     assert not b["warnings"], b["warnings"]

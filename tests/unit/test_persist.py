@@ -511,6 +511,41 @@ def test_a_lazily_generated_modules_version_loads_after_one_call(tmp_path):
     assert c["captures"] >= 1 and c["hits"][-1] >= 1, c
 
 
+FILL_DRIVER = '''
+import json
+
+import torch
+
+import plazy
+import trident
+from trident.persist import consts
+
+# plib.Pointwise stands for FlagGems' PointwiseDynamicFunction (consts.FILLERS's entry)
+consts.FILLERS[("plib", "Pointwise", "overloads")] = consts._instantiate_overload
+x = torch.randn(4, 8)
+torch.testing.assert_close(plazy.entry(x), plazy.entry.__wrapped__(x))
+st = trident.stats(plazy.entry)
+print(json.dumps({"captures": st["captures"], "hits": st["hits"],
+                  "origins": st["origins"], "explain": trident.explain(plazy.entry)}))
+'''
+
+
+def test_a_library_generated_module_is_generated_at_load_where_the_library_allows(tmp_path):
+    """Where consts.FILLERS knows the library's own way to generate what a path reads (FlagGems'
+    `instantiate(ndim)`), a new process's first call is served natively from disk, not eagerly
+    while it waits for the library's first call."""
+    w = World(tmp_path)
+    for name, text in LAZY.items():
+        (tmp_path / name if name == "driver.py" else w.src / name).write_text(text)
+    a = w.run(w.root)
+    assert a["captures"] == 1 and a["hits"][1] == 2, a
+    (tmp_path / "driver.py").write_text(FILL_DRIVER)
+    b = w.run(w.root)
+    assert b["captures"] == 0 and b["origins"] == ["disk"] * 2, b
+    assert b["hits"] == [0, 1], b  # the first call: the native version
+    assert "waits for a call" not in b["explain"], b["explain"]
+
+
 def test_dict_items_with_constant_keys_persist_and_re_resolve(tmp_path):
     """A version guarding a defaultdict global's item and tuple, dtype and None keys: a new
     process re-resolves the keys (by value, a dtype by name) and serves it from disk; an item

@@ -31,6 +31,7 @@ import enum
 import hashlib
 import importlib
 import io
+import logging
 import sys
 import threading
 import types
@@ -41,6 +42,8 @@ import torch
 from ..ir import nodes as ir
 from ..ir.launch import Resolver
 from .key import code_digest, canon
+
+log = logging.getLogger("trident")
 
 
 # Modules whose code the key's versions cover (their objects need no fingerprint).
@@ -590,6 +593,8 @@ def _eval_path(src, ctx: Ctx, const, installed: dict):
         return type(base)
     if isinstance(src, ir.DictItem):  # the dict's own storage, as the guard reads it
         key = const(src.key_const)
+        if isinstance(base, dict) and key not in dict.keys(base):
+            _fill(src.base, key, ctx, const, installed)
         if not isinstance(base, dict) or key not in dict.keys(base):
             raise Pending(f"{src} does not resolve (yet)")
         return dict.__getitem__(base, key)
@@ -599,6 +604,38 @@ def _eval_path(src, ctx: Ctx, const, installed: dict):
         return base[src.key]
     except (AttributeError, LookupError) as e:
         raise Pending(f"{src} does not resolve (yet): {type(e).__name__}: {e}") from None
+
+
+def _instantiate_overload(owner, key) -> None:
+    """FlagGems' PointwiseDynamicFunction: `overloads[f"{ndim}_{prefer_block_pointer}"]` is
+    the wrapper of the module that `instantiate(ndim)` generates (from its code cache) on the
+    library's first call of that rank; the method is FlagGems' own API for doing so ahead of a
+    call, and makes no launch."""
+    n, _, rest = key.partition("_") if isinstance(key, str) else ("", "", "")
+    cfg = getattr(owner, "config", None)
+    if n.isdigit() and (cfg is None or rest == str(getattr(cfg, "prefer_block_pointer", rest))):
+        owner.instantiate(int(n))
+
+
+# (module, qualified name of the owner's class, attribute): what fills a missing item of the
+# dict at `owner.<attribute>` that a library would fill on its first call, so that a restored
+# version's path resolves before that call (which then runs natively, not eagerly).
+FILLERS = {("flag_gems.utils.pointwise_dynamic", "PointwiseDynamicFunction", "overloads"):
+           _instantiate_overload}
+
+
+def _fill(dict_src, key, ctx: Ctx, const, installed: dict) -> None:
+    """Fill `key` of the dict at `dict_src` where FILLERS knows how (any failure leaves the
+    path pending: the library's own first call then fills it)."""
+    if not isinstance(dict_src, ir.Attr):
+        return
+    try:
+        owner = _eval_path(dict_src.base, ctx, const, installed)
+        fill = FILLERS.get((type(owner).__module__, type(owner).__qualname__, dict_src.name))
+        if fill is not None:
+            fill(owner, key)
+    except Exception:  # noqa: BLE001 - pending, as without the filler
+        log.debug("trident: filling %s[%r] failed", dict_src, key, exc_info=True)
 
 
 def _named_dict(d: dict) -> str:
