@@ -32,6 +32,8 @@ KNOBS = {
         Knob("TRIDENT_DUMP_DIR", "", "If set, every capture writes its ATen graph, "
              "guards, host IR and C source there."),
         Knob("TRIDENT_CC", "", "C compiler for SCMs (default: $CC, then cc)."),
+        Knob("TRIDENT_VERSION_OPT", "-O1", "Optimisation level of a version's C unit: -O0, "
+             "-O1 or -O2 (units over 150,000 characters: -O0 always)."),
         Knob("TRIDENT_CXX", "", "C++ compiler for the runtime (default: $CXX, then c++)."),
         Knob("TRIDENT_STRICT", "0", "1: raise instead of falling back to eager "
              "(the default for jit(strict=None))."),
@@ -84,6 +86,11 @@ def dump_dir() -> Path | None:
 
 def c_compiler() -> str:
     return _get("TRIDENT_CC") or os.environ.get("CC") or "cc"
+
+
+def version_opt() -> str:
+    v = _get("TRIDENT_VERSION_OPT")
+    return v if v in ("-O0", "-O1", "-O2") else KNOBS["TRIDENT_VERSION_OPT"].default
 
 
 def cxx_compiler() -> str:

@@ -527,12 +527,16 @@ def test_hasattr_guard_records_the_value_before_the_call():
 
 
 def test_version_opt_by_unit_size():
-    assert build.version_opt("int f(void) { return 0; }\n") == build.VERSION_OPT == "-O1"
+    assert build.version_opt("int f(void) { return 0; }\n") == "-O1"
     assert build.version_opt("") == "-O1"
     n = build.LARGE_UNIT_CHARS
     assert build.version_opt("x" * n) == "-O1"  # the limit itself is still small
     assert build.version_opt("x" * (n + 1)) == "-O0"
     assert build.version_opt("/* c */\n" * (n // 4)) == "-O0"
+    with trident.config.scope(TRIDENT_VERSION_OPT="-O0"):
+        assert build.version_opt("int f(void) { return 0; }\n") == "-O0"
+    with trident.config.scope(TRIDENT_VERSION_OPT="-O3 -march=native"):  # not a level: default
+        assert build.version_opt("int f(void) { return 0; }\n") == "-O1"
 
 
 # ============================================= 6. equality guards on code objects

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import time
 
-from .build import VERSION_OPT, _prelude_pch, runtime_module
+from .. import config
+from .build import _prelude_pch, runtime_module
 
 
 def main() -> None:
@@ -19,7 +20,7 @@ def main() -> None:
     rt = runtime_module()
     print(f"trident runtime ready: {rt.__file__} ({time.perf_counter() - t0:.1f} s)")
     t0 = time.perf_counter()
-    pch = _prelude_pch(VERSION_OPT)
+    pch = _prelude_pch(config.version_opt())
     if pch:
         print(f"precompiled prelude ready: {pch[-1]}.gch ({time.perf_counter() - t0:.1f} s)")
 

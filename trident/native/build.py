@@ -664,12 +664,12 @@ class SCMBuild:
 _SCM_HEADERS = ("scm_prelude.h", "scm_dispatch.h", "trident_rt.h")
 
 
-# Version units are compiled at -O1: a FlagGems wrapper's unit is one function of a hundred
+# Version units are compiled at -O1 by default (TRIDENT_VERSION_OPT, `config.version_opt()`):
+# a FlagGems wrapper's unit is one function of a hundred
 # guard blocks (60 KB of C), which gcc 13 compiled in 2.7 s at -O2 on the H200 machine (3.2 s
 # at -O2 and 1.1 s at -O1 on the 2-core CI machine), and its hot path is calls, loads and
 # compares that -O2 does not make faster.
 # scm_main.c (compiled once per cache) and the small dispatcher unit stay at -O2.
-VERSION_OPT = "-O1"
 # A unit larger than this (a whole model's forward: hundreds of operator calls in one function)
 # is compiled at -O0: gcc's register allocation over such a function is what takes the time
 # (a 2-layer Qwen3 forward, 345 KB of C: 16 s at -O1, 1.1 s at -O0 on the 2-core machine),
@@ -678,7 +678,7 @@ LARGE_UNIT_CHARS = 150_000
 
 
 def version_opt(text: str) -> str:
-    return VERSION_OPT if len(text) <= LARGE_UNIT_CHARS else "-O0"
+    return config.version_opt() if len(text) <= LARGE_UNIT_CHARS else "-O0"
 
 
 # -- the precompiled prelude -----------------------------------------------------------------
@@ -686,7 +686,7 @@ def version_opt(text: str) -> str:
 # A version unit's compile spends about half its time (40 of 90 ms on the 2-core machine)
 # reading scm_prelude.h, which includes Python.h: 19,000 lines before the unit's own.  With
 # gcc, the prelude is precompiled once per cache (`obj/<hash>/scm_prelude.h.gch`, about
-# 12 MB, verified like any product) and each unit compiled at VERSION_OPT is given
+# 12 MB per optimisation level, verified like any product) and each version unit is given
 # `-include <that folder>/scm_prelude.h`, so gcc loads the .gch in place of the text (the
 # unit's own `#include "scm_prelude.h"` is then skipped by its include guard).  The object is
 # the same, so the unit's hash does not cover the flag: a unit compiled with or without the
@@ -724,7 +724,7 @@ def _prelude_pch(opt: str) -> list[str]:
     with _state:
         if key in _pch_state:
             return _pch_state[key]
-    version = _gcc_version(cc) if opt == VERSION_OPT and not small else None
+    version = _gcc_version(cc) if opt in ("-O0", config.version_opt()) and not small else None
     args: list[str] = []
     if version is not None:
         unit_cmd = _scm_cmd("-x", "c-header", opt=opt)
