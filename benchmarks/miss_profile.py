@@ -1,6 +1,7 @@
 """Where a specialization miss spends its time, next to torch.compile's recompile.
 
-    python benchmarks/miss_profile.py [--device cpu|cuda] [--flaggems] [--grow N] [--out FILE]
+    python benchmarks/miss_profile.py [--device cpu|cuda] [--flaggems] [--grow N]
+                                      [--cases a,b] [--out FILE]
 
 For each function below, called with a sequence of shapes, the run times every call that
 misses (Trident) or recompiles (torch.compile), interleaved shape by shape in one process:
@@ -202,6 +203,9 @@ def main():
                     help="versions of the growth run (0: none)")
     ap.add_argument("--warm-caches", action="store_true",
                     help="use the default Trident and Inductor caches instead of fresh ones")
+    ap.add_argument("--cases", default="",
+                    help="comma-separated case names to run (default: all), e.g. "
+                         "flaggems_add,flaggems_cumsum")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
 
@@ -227,7 +231,10 @@ def main():
     warm_s = time.perf_counter() - t
 
     results = {}
+    keep = {c for c in a.cases.split(",") if c}
     for name, maker, dynamic, inputs in cases(a, torch):
+        if keep and name not in keep:
+            continue
         results[name] = (dynamic, run_case(a, torch, trident, name, maker, dynamic, inputs))
     grown = grow(a, torch, trident, a.grow) if a.grow else []
     loads.append(_load_average())
