@@ -16,6 +16,7 @@ tries once more with static shapes.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -132,6 +133,7 @@ class _Recorder:
     sizes: dict[Source, SizesStrides] = field(default_factory=dict)
     launches: list[LaunchRecord] = field(default_factory=list)
     outs: list = field(default_factory=list)  # the runner's outputs
+    run_seconds: float = 0.0  # the runner's time (Capture.run_seconds)
     entries: list[GuardFilterEntry] | None = None  # None until the guard filter ran
     shape_exprs: tuple[ShapeExpr, ...] = ()
     installed: dict[str, object] = field(default_factory=dict)
@@ -241,6 +243,7 @@ class _Recorder:
         self.launches = []
 
         def runner(*a):
+            t0 = time.perf_counter()
             try:
                 if has_triton:
                     outs = RecordingInterpreter(gm, self.launches).run(*a)
@@ -248,6 +251,8 @@ class _Recorder:
                     outs = gm(*a)
             except Exception as e:  # noqa: BLE001 - re-raised unchanged by capture()
                 raise _GraphRunError(e) from e
+            finally:
+                self.run_seconds += time.perf_counter() - t0
             self.outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
             return outs
 
@@ -345,7 +350,8 @@ class _Recorder:
             notes=(note,) if note is not None else (),
             extra_guards=tuple(self.adapted.extra_guards),
             installed_globals=dict(self.installed), triton_needs_static=triton_needs_static,
-            run_mode=self.run_mode, global_scope=self.global_scope)
+            run_mode=self.run_mode, global_scope=self.global_scope,
+            run_seconds=self.run_seconds)
 
 
 def _capture_error(e: Exception, guards: PathGuards | None) -> CaptureError:

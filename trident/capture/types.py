@@ -81,6 +81,9 @@ class Capture:
     # The globals of the frame Dynamo traced (the function's own, or those of Dynamo's
     # wrap_inline frame around a function of torch's files: guards.translate.dynamo_wrapped).
     global_scope: dict[str, object] | None = None
+    # Seconds the capturing run took: the graph's operators and Triton launches, a Triton
+    # JIT compile of a kernel new to this process included (work an eager call does too).
+    run_seconds: float = 0.0
 
     def with_note(self, note: str) -> Capture:
         """This capture with one more note (kept on the version: `Version.notes`)."""
