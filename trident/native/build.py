@@ -7,10 +7,10 @@ build can be inspected and rerun by hand.  The hash covers the source text,
 the command and the versions of Python and torch, so a change of any of
 them builds anew.
 
-An SCM is built in two steps: each version's unit is compiled to an object
-in `obj/<hash>/` (reused while its text is unchanged, which is always for
-the versions a rebuild keeps), then the small dispatcher unit is compiled
-and linked with those objects into `scm/<hash>/scm.so`.
+An SCM is built in two steps: each version's unit, and the small dispatcher
+unit, is compiled to an object in `obj/<hash>/` (reused while its text is
+unchanged, which is always for the versions a rebuild keeps), then those
+objects are linked into `scm/<hash>/scm.so` (the dispatcher's source beside).
 
 Loading a cached `.so` runs its constructors in this process, so the cache
 is trusted only as far as docs/cache.md says: its root and kind folders
@@ -808,31 +808,58 @@ def build_scm(src) -> SCMBuild:
     Each version's unit is compiled to an object unless an object of the
     same text exists (so a rebuild after a miss compiles only the new
     version), and so is runtime/scm_main.c (the entry points; once per
-    cache); then the dispatcher unit, which does not include Python.h, is
-    compiled and linked with them into the shared object."""
+    cache); the dispatcher unit, which does not include Python.h and does
+    not depend on the versions' objects, is compiled to an object meanwhile,
+    in another thread; then all are linked into the shared object."""
+    from concurrent.futures import ThreadPoolExecutor
+
     t0 = time.perf_counter()
     compiled = []
     objects = []
     units = [(u.name, u.text) for u in src.versions]
     units.append(("scm_main.c", (RUNTIME_DIR / "scm_main.c").read_text()))
-    for name, text in units:
-        opt = "-O2" if name == "scm_main.c" else version_opt(text)
-        obj, fresh = _build("obj", _with_headers(name, text), _scm_cmd("-c", opt=opt),
-                            f"compiling {name} of an SCM", suffix=".o",
-                            speedup=functools.partial(_prelude_pch, opt))
-        objects.append(obj)
-        if fresh:
-            compiled.append(name)
-    compile_and_link = _scm_cmd("-shared")
-    inputs = tuple(str(o) for o in _link_inputs(objects))
+    d = src.dispatcher
+    dfiles = _with_headers(d.name, d.text, ("scm_dispatch.h",))
+    with ThreadPoolExecutor(max_workers=1) as ex:
+        dispatcher = ex.submit(_build, "obj", dfiles, _scm_cmd("-c", opt="-O2"),
+                               "compiling an SCM's dispatcher", suffix=".o")
+        try:
+            for name, text in units:
+                opt = "-O2" if name == "scm_main.c" else version_opt(text)
+                obj, fresh = _build("obj", _with_headers(name, text), _scm_cmd("-c", opt=opt),
+                                    f"compiling {name} of an SCM", suffix=".o",
+                                    speedup=functools.partial(_prelude_pch, opt))
+                objects.append(obj)
+                if fresh:
+                    compiled.append(name)
+        finally:
+            t1 = time.perf_counter()
+            dobj, dfresh = dispatcher.result()  # its BuildError, if any, is raised here
+    link = _scm_cmd("-shared")
+    inputs = (str(dobj), *(str(o) for o in _link_inputs(objects)))
 
     def cmd_for(srcs: list, out: str) -> list[str]:
-        return compile_and_link(srcs, out, inputs)
+        return link([], out, inputs)  # the dispatcher's source stays beside, for reading
 
-    t1 = time.perf_counter()
-    d = src.dispatcher
-    so, fresh = _build("scm", _with_headers(d.name, d.text, ("scm_dispatch.h",)), cmd_for,
-                       "linking an SCM")
-    if fresh:
+    so, linked = _build("scm", dfiles, cmd_for, "linking an SCM", speedup=_fast_linker)
+    if dfresh or linked:  # the dispatcher unit was compiled, or linked anew
         compiled.append(d.name)
     return SCMBuild(so, tuple(objects), tuple(compiled), t1 - t0, time.perf_counter() - t1)
+
+
+# The system linker (GNU ld.bfd) takes about a third of a small SCM's link; gold or lld, where
+# installed, link the same objects into the same library faster.  As a `_build` speedup, the
+# hash does not cover it, and a link that fails with it runs again without it.
+_LINKERS = ("lld", "gold")
+
+
+@functools.lru_cache(maxsize=None)
+def _fast_linker_for(cc: str) -> tuple[str, ...]:
+    for name in _LINKERS:
+        if shutil.which(f"ld.{name}"):
+            return (f"-fuse-ld={name}",)
+    return ()
+
+
+def _fast_linker() -> list[str]:
+    return list(_fast_linker_for(config.c_compiler()))
