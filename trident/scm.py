@@ -82,6 +82,7 @@ class SCM:
         self._source = None  # codegen.c.SCMSource of the installed SCM
         self._units: list = []  # codegen.c.Unit per installed version (text never changes)
         self.so_path: Path | None = None
+        self._dispatcher_obj: Path | None = None  # the SCM's dispatcher object (discard_scm)
         self.rt = build.runtime_module()
         self._tls = threading.local()
         self._hit_base: list[int] = []  # hits of versions counted by earlier SCMs
@@ -307,8 +308,10 @@ class SCM:
         self._units = units
         self._source = src
         old_so, self.so_path = self.so_path, so
+        old_dispatcher, self._dispatcher_obj = self._dispatcher_obj, built.dispatcher
         if old_so is not None and old_so != so:  # superseded: this process keeps its mapping
-            build.discard_scm(old_so)
+            build.discard_scm(old_so, old_dispatcher if old_dispatcher != built.dispatcher
+                              else None)
         self.stats.build_paths.append(str(so))
         if config.dump_dir() is not None:
             introspect.dump_text(f"{self.fn.__qualname__}.scm.c", self.c_source)

@@ -41,7 +41,10 @@ def test_rebuild_compiles_only_the_new_version(h, cache):
         # The first build also compiles the fixed entry points, once per cache.
         assert new == [f"version_{n - 1}.c", *(["scm_main.c"] if n == 1 else []), "scm.c"]
         objs = _objects(cache)
-        assert sorted(objs) == sorted([f"version_{i}.o" for i in range(n)] + ["scm_main.o"])
+        # and the current SCM's dispatcher object (a superseded one is removed with its SCM)
+        assert sorted(objs) == sorted([f"version_{i}.o" for i in range(n)]
+                                      + ["scm_main.o", "scm.o"])
+        assert len(list(cache.glob("obj/*/scm.o"))) == 1
         if n == 1:
             first, mtime = objs["version_0.o"], objs["version_0.o"].stat().st_mtime_ns
         # the superseded SCM's folder is removed once the new one is installed
@@ -77,3 +80,27 @@ def test_same_versions_build_nothing(h, cache):
     assert _scm_of(g).so_path == _scm_of(f).so_path
     assert trident.stats(g)["hits"] == [1, 1, 1]
     assert trident.stats(f)["hits"] == [0, 0, 0]
+
+
+def test_a_dispatcher_object_removed_before_the_link_is_built_again(h, cache, monkeypatch):
+    """Another process that supersedes the same SCM removes its dispatcher's object
+    (`discard_scm`); where that happens between this build's verification of the object and
+    its link, the link fails and the build compiles the object once more."""
+    removed = []
+    real = build._fast_linker
+
+    def remove_first(*a):  # runs just before the link's compiler
+        if not removed:
+            [obj] = cache.glob("obj/*/scm.o")
+            build._discard(obj.parent)
+            removed.append(obj)
+        return real(*a)
+
+    monkeypatch.setattr(build, "_fast_linker", remove_first)
+    fn = h.fresh(_affine_relu)
+    f = trident.jit(fn, dynamic=False)
+    h.check(f, fn, h.rand(3), h.rand(3))
+    assert removed and removed[0].exists()  # compiled again, at the same content hash
+    assert trident.stats(f)["fallbacks"] == 0 and trident.stats(f)["versions"] == 1
+    h.check(f, fn, h.rand(3), h.rand(3))
+    assert trident.stats(f)["hits"] == [1]

@@ -261,16 +261,21 @@ def _remove(path: str | Path) -> None:
             os.unlink(path)
 
 
-def discard_scm(so) -> None:
-    """Remove the build folder `scm/<hash>/` of a superseded SCM whose shared object is `so`.
-    A process that has it loaded keeps its mapping; one that needs it later builds it again.
-    Nothing happens for a path outside this cache's `scm/` folder or a folder already gone."""
-    folder = Path(so).parent
-    if folder.parent != cache_root() / "scm":
-        return
-    with _state:
-        _in_use.discard(folder)
-    _discard(folder)
+def discard_scm(so, dispatcher=None) -> None:
+    """Remove the build folder `scm/<hash>/` of a superseded SCM whose shared object is `so`,
+    and that of its dispatcher's object `dispatcher` (`obj/<hash>/scm.o`; no other SCM links
+    it, as its text lists the versions).  A process that has the SCM loaded keeps its
+    mapping; one that needs it later builds it again.  Nothing happens for a path outside
+    this cache's folders or a folder already gone."""
+    for path, kind in ((so, "scm"), (dispatcher, "obj")):
+        if path is None:
+            continue
+        folder = Path(path).parent
+        if folder.parent != cache_root() / kind:
+            continue
+        with _state:
+            _in_use.discard(folder)
+        _discard(folder)
 
 
 # -- stored products (persisted SCM records: trident/persist/) ------------------------------------
@@ -652,13 +657,14 @@ def _cuda_flags() -> dict:
 class SCMBuild:
     """A built SCM: its shared object, the objects linked into it (one per
     version, in order, then scm_main.o) and the units this build compiled
-    (the others' objects came from the cache)."""
+    (the others' objects came from the cache); `dispatcher` is its dispatcher's object."""
 
     so: Path
     objects: tuple
     compiled: tuple
     compile_s: float = 0.0  # seconds in the version units (compiled or found in the cache)
     link_s: float = 0.0  # seconds in the dispatcher unit and the link
+    dispatcher: Path | None = None
 
 
 _SCM_HEADERS = ("scm_prelude.h", "scm_dispatch.h", "trident_rt.h")
@@ -820,9 +826,13 @@ def build_scm(src) -> SCMBuild:
     units.append(("scm_main.c", (RUNTIME_DIR / "scm_main.c").read_text()))
     d = src.dispatcher
     dfiles = _with_headers(d.name, d.text, ("scm_dispatch.h",))
+
+    def dispatcher():
+        return _build("obj", dfiles, _scm_cmd("-c", opt="-O2"),
+                      "compiling an SCM's dispatcher", suffix=".o")
+
     with ThreadPoolExecutor(max_workers=1) as ex:
-        dispatcher = ex.submit(_build, "obj", dfiles, _scm_cmd("-c", opt="-O2"),
-                               "compiling an SCM's dispatcher", suffix=".o")
+        pending = ex.submit(dispatcher)
         try:
             for name, text in units:
                 opt = "-O2" if name == "scm_main.c" else version_opt(text)
@@ -834,17 +844,29 @@ def build_scm(src) -> SCMBuild:
                     compiled.append(name)
         finally:
             t1 = time.perf_counter()
-            dobj, dfresh = dispatcher.result()  # its BuildError, if any, is raised here
+            dobj, dfresh = pending.result()  # its BuildError, if any, is raised here
     link = _scm_cmd("-shared")
-    inputs = (str(dobj), *(str(o) for o in _link_inputs(objects)))
+    for attempt in (0, 1):
+        inputs = (str(dobj), *(str(o) for o in _link_inputs(objects)))
 
-    def cmd_for(srcs: list, out: str) -> list[str]:
-        return link([], out, inputs)  # the dispatcher's source stays beside, for reading
+        def cmd_for(srcs: list, out: str, inputs=inputs) -> list[str]:
+            return link([], out, inputs)  # the dispatcher's source stays beside, for reading
 
-    so, linked = _build("scm", dfiles, cmd_for, "linking an SCM", speedup=_fast_linker)
+        try:
+            so, linked = _build("scm", dfiles, cmd_for, "linking an SCM",
+                                speedup=_fast_linker)
+            break
+        except BuildError:
+            # Another process superseded this SCM and removed the dispatcher's object
+            # between its verification and the link (discard_scm): build it once more.
+            if attempt or os.path.exists(dobj):
+                raise
+            dobj, fresh = dispatcher()
+            dfresh = dfresh or fresh
     if dfresh or linked:  # the dispatcher unit was compiled, or linked anew
         compiled.append(d.name)
-    return SCMBuild(so, tuple(objects), tuple(compiled), t1 - t0, time.perf_counter() - t1)
+    return SCMBuild(so, tuple(objects), tuple(compiled), t1 - t0, time.perf_counter() - t1,
+                    dobj)
 
 
 # The system linker (GNU ld.bfd) takes about a third of a small SCM's link; gold or lld, where
