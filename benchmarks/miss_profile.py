@@ -148,6 +148,9 @@ def run_case(a, torch, trident, name, maker, dynamic, inputs):
                      max_versions=64)
     compiled = {b: torch.compile(maker(base) if maker is make else maker(b), backend=b,
                                  dynamic=dynamic) for b in ("inductor", "eager")}
+    if maker is not make and name.startswith("flaggems"):
+        # Dynamo alone on the FlagGems function Trident captures: the floor of its capture
+        compiled["same"] = torch.compile(maker("trident"), backend="eager", dynamic=dynamic)
     rows = []
     for k, args in enumerate(inputs):
         shape = "x".join(map(str, args[0].shape)) + ("" if args[0].dtype == inputs[0][0].dtype
@@ -155,9 +158,14 @@ def run_case(a, torch, trident, name, maker, dynamic, inputs):
         row = {"shape": shape}
         misses = trident.stats(tf)["misses"]
         sync(torch, a.device)
+        prof = _PROFILES.get(name)
         t = time.perf_counter()
+        if prof is not None:
+            prof.enable()
         tf(*args)
         sync(torch, a.device)
+        if prof is not None:
+            prof.disable()
         row["trident"] = time.perf_counter() - t
         st = trident.stats(tf)
         row["miss"] = st["misses"] > misses
@@ -176,7 +184,12 @@ def run_case(a, torch, trident, name, maker, dynamic, inputs):
         print(f"{name} {shape}: trident {row['trident']:.3f} s"
               f"{'' if row['miss'] else ' (hit)'}, inductor {row['inductor']:.3f} s, "
               f"eager backend {row['eager']:.3f} s", flush=True)
+    if a.explain:
+        print(trident.explain(tf), flush=True)
     return rows
+
+
+_PROFILES: dict = {}  # case name -> cProfile.Profile of its Trident calls (--profile)
 
 
 def grow(a, torch, trident, n):
@@ -208,8 +221,18 @@ def main():
     ap.add_argument("--cases", default="",
                     help="comma-separated case names to run (default: all), e.g. "
                          "flaggems_add,flaggems_cumsum")
+    ap.add_argument("--profile", default="",
+                    help="comma-separated case names whose Trident calls run under cProfile")
+    ap.add_argument("--profile-out", default="miss_profile.prof.txt",
+                    help="where the --profile report goes (cumulative and own time)")
+    ap.add_argument("--explain", action="store_true",
+                    help="print trident.explain of each case's function after its calls")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
+    if a.profile:
+        import cProfile
+
+        _PROFILES.update({c: cProfile.Profile() for c in a.profile.split(",") if c})
 
     if not a.warm_caches:
         tmp = Path(tempfile.mkdtemp(prefix="trident_miss_profile_"))
@@ -238,6 +261,8 @@ def main():
         if keep and name not in keep:
             continue
         results[name] = (dynamic, run_case(a, torch, trident, name, maker, dynamic, inputs))
+    if _PROFILES:
+        _write_profiles(Path(a.profile_out))
     grown = grow(a, torch, trident, a.grow) if a.grow else []
     loads.append(_load_average())
 
@@ -254,13 +279,18 @@ def main():
         "Seconds per call with a new shape (a miss / recompile); `hit` where the call did not miss.",
         "`less run`: Trident's miss without its capturing run (the call's own work, with any",
         "Triton JIT compile of a kernel new to the process, which eager pays at that shape too).",
+        "`Dynamo, same fn`: torch.compile(backend=\"eager\") of the FlagGems function itself",
+        "(after Trident's call, so Triton's kernels are compiled): Dynamo's own trace of that code.",
         "Trident's phases in ms: " + ", ".join(PHASES) + ".", ""]
     later_ok = []
     for name, (dynamic, rows) in results.items():
+        same = "same" in rows[0]
         lines += [f"## {name} (dynamic={dynamic})", "",
                   "| shape | Trident s | less run s | inductor s | eager backend s | "
+                  + ("Dynamo, same fn s | " if same else "")
                   + " | ".join(PHASES) + " |",
-                  "|---|---:|---:|---:|---:|" + "---:|" * len(PHASES)]
+                  "|---|---:|---:|---:|---:|" + ("---:|" if same else "")
+                  + "---:|" * len(PHASES)]
         for k, r in enumerate(rows):
             tr = f"{r['trident']:.3f}" + ("" if r["miss"] else " hit")
             ind = f"{r['inductor']:.3f}" + ("" if r["inductor_recompiled"] else " hit")
@@ -268,7 +298,9 @@ def main():
             ph = fmt_phases(r["phases"]) if "phases" in r else " | ".join("" for _ in PHASES)
             own = (f"{r['trident'] - r['phases'].get('run', 0.0):.3f}" if "phases" in r
                    else "")
-            lines.append(f"| {r['shape']} | {tr} | {own} | {ind} | {eag} | {ph} |")
+            sm = (f"{r['same']:.3f}" + ("" if r["same_recompiled"] else " hit") + " | "
+                  if same else "")
+            lines.append(f"| {r['shape']} | {tr} | {own} | {ind} | {eag} | {sm}{ph} |")
             if k and r["miss"] and r["inductor_recompiled"]:
                 later_ok.append((name, r["shape"], r["trident"], r["inductor"]))
         lines.append("")
@@ -300,6 +332,19 @@ def main():
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print(f"wrote {out}")
+
+
+def _write_profiles(path: Path) -> None:
+    import io
+    import pstats
+
+    out = io.StringIO()
+    for name, prof in _PROFILES.items():
+        for key in ("cumulative", "tottime"):
+            out.write(f"==== {name}: Trident's calls, by {key}\n")
+            pstats.Stats(prof, stream=out).sort_stats(key).print_stats(45)
+    path.write_text(out.getvalue())
+    print(f"wrote {path}")
 
 
 def _load_average() -> str:
