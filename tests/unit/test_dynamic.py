@@ -114,6 +114,33 @@ def test_dynamic_true_size_relations_are_guarded(h):
     assert str(ej.value) == str(ee.value)
 
 
+def test_shape_guards_are_produced_once_per_capture_and_still_checked(h, monkeypatch):
+    """Dynamo's own SHAPE_ENV guard code is not built while Trident captures (an adapter):
+    the shape env's guards are produced once, by Trident, and the version still checks
+    them (a size relation of the capture holds or the call misses)."""
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    calls = []
+    real = ShapeEnv.produce_guards_verbose
+
+    def counted(self, *a, **kw):
+        calls.append(kw.get("langs"))
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(ShapeEnv, "produce_guards_verbose", counted)
+
+    def fn(x, y):
+        return x[: y.shape[0] * 2] * 2 + 1
+
+    f = trident.jit(fn, dynamic=True)
+    h.check(f, fn, h.rand(9), h.rand(3))
+    assert calls == [("python",)]  # Trident's own (guard_record.shape_exprs)
+    h.check(f, fn, h.rand(11), h.rand(4))  # 2 * 4 <= 11: the same version
+    assert trident.stats(f)["versions"] == 1
+    h.check(f, fn, h.rand(5), h.rand(4))  # 2 * 4 > 5: another path, a miss
+    assert trident.stats(f)["misses"] == 2
+
+
 def test_dynamic_true_size_zero_and_one_are_specialized(h):
     f = trident.jit(_rowsum, dynamic=True)
     for n in (4, 1, 0, 5, 1, 0, 3):

@@ -45,6 +45,14 @@ call time, so nothing it assumes goes unguarded.
 * **Tensor-like wrappers passed to kernels** (FlagGems' `StridedBuffer`):
   traced as a subclass that also carries a tensor with the same data
   pointer and dtype, which is what the launch receives.
+* **Dynamo's shape-guard code is not built.**  Dynamo's `SHAPE_ENV` guard
+  builder renders the shape env's guards as Python (produce_guards, a CSE
+  pass, a compiled lambda), twice per capture under a guard filter: 37 of
+  the 86 s cProfile counted over three FlagGems cumsum misses on the H100,
+  whose size guards come from `triton.next_power_of_2` over a symbolic size.  Trident takes
+  the same guards from the shape env (`guard_record.shape_exprs`) and never
+  runs Dynamo's guard manager, so while it captures the builder only freezes
+  the shape env.  No guard is dropped: this removes Dynamo's copy only.
 * **Globals that are not their named module's** (FlagGems' generated
   wrappers: a module loaded from a file whose globals are then updated with
   another module's, `__name__` included, or whose `__name__` is in no
@@ -506,6 +514,26 @@ def _empty_graph(orig):
     return compile_subgraph
 
 
+def _shape_env_unbuilt(orig):
+    def shape_env(self, guard):
+        # Dynamo's builder turns the shape env's guards into Python code (produce_guards,
+        # then a CSE pass over each expression and a compiled lambda), twice per capture
+        # when a guard filter is given.  Trident reads the same guards from the shape env
+        # itself (guard_record.shape_exprs, in its guard filter) and never runs Dynamo's
+        # guard manager (the code's cache is reset after the capturing call), so the
+        # builder only freezes the shape env, as it would after building.
+        try:
+            og = self.check_fn_manager.output_graph
+            shape_env, export = og.shape_env, og.export
+        except AttributeError:  # not the torch this was written against
+            return orig(self, guard)
+        if shape_env is not None and not export:
+            shape_env.freeze()
+        return None
+
+    return shape_env
+
+
 def _foreign_globals(orig):
     def get_globals_source_and_value(self, name):
         # Dynamo names an inlined function's globals by their `__name__`
@@ -597,6 +625,8 @@ ADAPTERS: tuple = (
             "LoggingLoggerVariable.call_method", _quiet_log_calls),
     Adapter("a path with no tensor operation", f"{_DYNAMO}.output_graph",
             "OutputGraph.compile_subgraph", _empty_graph),
+    Adapter("Dynamo's shape-guard code not built", f"{_DYNAMO}.guards",
+            "GuardBuilder.SHAPE_ENV", _shape_env_unbuilt),
     Adapter("globals that are not their named module's", f"{_DYNAMO}.symbolic_convert",
             "InliningInstructionTranslator.get_globals_source_and_value", _foreign_globals,
             own=True),
