@@ -351,3 +351,32 @@ def test_strided_buffer_standin_points_at_the_offset_element():
         assert t.dtype == x.dtype and t.reshape(-1)[0] == x.reshape(-1)[off]
         g = torch.compile(arg, backend="eager", fullgraph=True, dynamic=True)(x, off)
         assert g.data_ptr() == t.data_ptr()
+
+
+def test_guards_are_built_once_per_capture_and_still_checked(h, monkeypatch):
+    """Dynamo builds a frame's guards twice under a guard filter; while Trident captures,
+    the second build of the same guards reuses the first (an adapter).  The version's own
+    guards are Trident's, so they still reject what they must."""
+    from torch._dynamo.guards import CheckFunctionManager
+
+    builds = []
+    real = CheckFunctionManager.build_guards
+
+    def counted(self, *a, **kw):
+        builds.append(self)
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(CheckFunctionManager, "build_guards", counted)
+    scale = {"k": 2.0}
+
+    def fn(x):
+        return x * scale["k"] + 1
+
+    f = trident.jit(fn, dynamic=False)
+    h.check(f, fn, h.rand(5))
+    assert len(builds) == 1
+    h.check(f, fn, h.rand(5))
+    assert trident.stats(f)["hits"] == [1]
+    scale["k"] = 3.0  # a guarded constant changed: a miss, eager's result
+    h.check(f, fn, h.rand(5))
+    assert trident.stats(f)["misses"] == 2 and len(builds) == 2

@@ -53,6 +53,9 @@ call time, so nothing it assumes goes unguarded.
   the same guards from the shape env (`guard_record.shape_exprs`) and never
   runs Dynamo's guard manager, so while it captures the builder only freezes
   the shape env.  No guard is dropped: this removes Dynamo's copy only.
+* **Guards are built once.**  Under a guard filter Dynamo builds every
+  guard, filters, then builds the kept ones again; Trident's filter keeps
+  them all, so the second build returns the first's result.
 * **Globals that are not their named module's** (FlagGems' generated
   wrappers: a module loaded from a file whose globals are then updated with
   another module's, `__name__` included, or whose `__name__` is in no
@@ -534,6 +537,25 @@ def _shape_env_unbuilt(orig):
     return shape_env
 
 
+def _guards_built_once(orig):
+    def build_guards(self, sorted_guards, *args, **kwargs):
+        # Under a guard filter, Dynamo builds every guard, hands the entries to the filter,
+        # then builds the kept ones again.  Trident's filter keeps them all (it records
+        # them): the second build of the same guards returns the first's builder and guard
+        # manager, which Trident never runs anyway.
+        save_guards = args[3] if len(args) > 3 else kwargs.get("save_guards", False)
+        key = [id(g) for g in sorted_guards]
+        memo = self.__dict__.get("_trident_built")
+        if memo is not None and memo[0] == key and not save_guards:
+            return memo[1]
+        out = orig(self, sorted_guards, *args, **kwargs)
+        if not save_guards:
+            self.__dict__["_trident_built"] = (key, out)
+        return out
+
+    return build_guards
+
+
 def _foreign_globals(orig):
     def get_globals_source_and_value(self, name):
         # Dynamo names an inlined function's globals by their `__name__`
@@ -627,6 +649,8 @@ ADAPTERS: tuple = (
             "OutputGraph.compile_subgraph", _empty_graph),
     Adapter("Dynamo's shape-guard code not built", f"{_DYNAMO}.guards",
             "GuardBuilder.SHAPE_ENV", _shape_env_unbuilt),
+    Adapter("guards built once", f"{_DYNAMO}.guards", "CheckFunctionManager.build_guards",
+            _guards_built_once),
     Adapter("globals that are not their named module's", f"{_DYNAMO}.symbolic_convert",
             "InliningInstructionTranslator.get_globals_source_and_value", _foreign_globals,
             own=True),
