@@ -11,7 +11,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def commit() -> str:
-    """The short hash of HEAD, marked when trident/ has uncommitted changes."""
+    """The short hash of HEAD, marked when trident/ has uncommitted changes; BENCH_COMMIT
+    where set (device_all.sh sets it: the device's copy may run from an exported tree inside
+    a checkout whose git history is older than it)."""
+    if os.environ.get("BENCH_COMMIT"):
+        return os.environ["BENCH_COMMIT"]
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                              capture_output=True, text=True, check=True).stdout.strip()
