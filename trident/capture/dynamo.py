@@ -16,6 +16,8 @@ tries once more with static shapes.
 
 from __future__ import annotations
 
+import inspect
+import linecache
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -149,6 +151,7 @@ class _Recorder:
         from torch._C._dynamo.eval_frame import reset_code
 
         self._backend = self.backend  # one bound method: Dynamo keeps it in cached_backends
+        name_source_file(self.fn)
         reset_code(self.fn.__code__)
         compiled = torch.compile(self.fn, backend=self._backend, fullgraph=True,
                                  dynamic=self.dynamic,
@@ -352,6 +355,25 @@ class _Recorder:
             installed_globals=dict(self.installed), triton_needs_static=triton_needs_static,
             run_mode=self.run_mode, global_scope=self.global_scope,
             run_seconds=self.run_seconds)
+
+
+def name_source_file(fn) -> None:
+    """Make `inspect.getsourcefile(fn)` name the file of a function compiled from a string
+    (exec'd or eval'd code, a code generator's output), by an empty entry for it in
+    `linecache`, as IPython makes for its cells.  torch.compile before 2.13 traces a function
+    whose source file inspect cannot name through `external_utils.wrap_inline`, a frame of
+    torch's own whose globals are not the function's: Trident would then run it eagerly
+    (seen on torch 2.11).  The entry has no lines (the source was never on disk) and no
+    mtime, so `linecache.checkcache` keeps it; an entry already there is left as it is."""
+    code = getattr(fn, "__code__", None)
+    if code is None or not inspect.isfunction(fn):
+        return
+    try:
+        if inspect.getsourcefile(fn) is not None:
+            return
+    except TypeError:
+        return
+    linecache.cache.setdefault(code.co_filename, (0, None, [], code.co_filename))
 
 
 def _capture_error(e: Exception, guards: PathGuards | None) -> CaptureError:
