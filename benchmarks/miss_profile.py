@@ -65,12 +65,14 @@ SOURCES = {
 }
 
 
-def make(name: str):
-    """A fresh function object with its own code object (Dynamo caches per code object)."""
+def make(name: str, tag: str = ""):
+    """A fresh function object with its own code object (Dynamo caches per code object) and
+    source name `<miss_profile TAG>` (Dynamo's automatic-dynamic state is kept per file,
+    line and name: each case and mode has its own)."""
     import torch
 
     ns = {"torch": torch}
-    exec(compile(SOURCES[name], f"<miss_profile {name}>", "exec"), ns)
+    exec(compile(SOURCES[name], f"<miss_profile {tag or name}>", "exec"), ns)
     return ns["f"]
 
 
@@ -80,7 +82,7 @@ def cases(a, torch):
     out = [
         ("pointwise", make, False, [(r(n), r(n)) for n in (1000, 1500, 2000, 2500, 3000)]),
         ("scan", make, None, [(r(4, 500),), (r(4, 700),), (r(8, 900),), (r(2, 3, 400),)]),
-        ("scan_dyn", lambda _: make("scan"), True,
+        ("scan_dyn", lambda mode: make("scan", f"scan_dyn {mode}"), True,
          [(r(4, 500),), (r(2, 3, 400),), (r(4, 500, dt=torch.float64),)]),
         ("norm", make, False, [(r(8, n), r(n), r(n)) for n in (256, 384, 512, 640)]),
     ]
@@ -104,11 +106,12 @@ def cases(a, torch):
             vocab = [(1, 2048), (1, 32000), (4, 32000), (16, 32000), (64, 32000)]
             fg_add = importlib.import_module("flag_gems.ops.add").add
             fg_cumsum = importlib.import_module("flag_gems.ops.cumsum").cumsum
-            out.append(("flaggems_add", _pair(fg_add, torch.add), None,
+            out.append(("flaggems_add", _pair(fg_add, torch.add, "flaggems_add"), None,
                         [(r(*s, dt=torch.bfloat16), r(*s, dt=torch.bfloat16))
                          for s in rows_h]))
             out.append(("flaggems_cumsum", _pair(lambda x: fg_cumsum(x, -1),
-                                                 lambda x: torch.cumsum(x, -1)), None,
+                                                 lambda x: torch.cumsum(x, -1),
+                                                 "flaggems_cumsum"), None,
                         [(r(*s),) for s in vocab]))
     return out
 
@@ -121,16 +124,16 @@ def _fresh(fn):
                               fn.__defaults__, fn.__closure__)
 
 
-def _pair(trident_fn, torch_fn):
-    """Trident gets the FlagGems function; torch.compile the torch operator of the same name."""
+def _pair(trident_fn, torch_fn, case):
+    """Trident gets the FlagGems function; torch.compile the torch operator of the same name.
+    Each mode's function is compiled from its own source name: Dynamo keeps its automatic-
+    dynamic state per (file, line, name), which one shared `def` line would carry from one
+    case (or mode) to the next."""
     def mk(mode):
-        if mode == "trident":
-            def f(*args):
-                return trident_fn(*args)
-        else:
-            def f(*args):
-                return torch_fn(*args)
-        return _fresh(f)
+        ns = {"fn": trident_fn if mode in ("trident", "same") else torch_fn}
+        exec(compile("def f(*args):\n    return fn(*args)\n",
+                     f"<miss_profile {case} {mode}>", "exec"), ns)
+        return ns["f"]
     return mk
 
 
@@ -143,14 +146,14 @@ def run_case(a, torch, trident, name, maker, dynamic, inputs):
     """Per shape: Trident's miss (wall, phases) and torch.compile's recompile, interleaved."""
     from torch._dynamo.utils import counters
 
-    base = name.split("_dyn")[0]
-    tf = trident.jit(maker(base) if maker is make else maker("trident"), dynamic=dynamic,
-                     max_versions=64)
-    compiled = {b: torch.compile(maker(base) if maker is make else maker(b), backend=b,
-                                 dynamic=dynamic) for b in ("inductor", "eager")}
-    if maker is not make and name.startswith("flaggems"):
+    if maker is make:
+        maker = lambda mode: make(name, f"{name} {mode}")  # noqa: E731
+    tf = trident.jit(maker("trident"), dynamic=dynamic, max_versions=64)
+    compiled = {b: torch.compile(maker(b), backend=b, dynamic=dynamic)
+                for b in ("inductor", "eager")}
+    if name.startswith("flaggems"):
         # Dynamo alone on the FlagGems function Trident captures: the floor of its capture
-        compiled["same"] = torch.compile(maker("trident"), backend="eager", dynamic=dynamic)
+        compiled["same"] = torch.compile(maker("same"), backend="eager", dynamic=dynamic)
     rows = []
     for k, args in enumerate(inputs):
         shape = "x".join(map(str, args[0].shape)) + ("" if args[0].dtype == inputs[0][0].dtype
@@ -193,7 +196,7 @@ _PROFILES: dict = {}  # case name -> cProfile.Profile of its Trident calls (--pr
 
 
 def grow(a, torch, trident, n):
-    f = trident.jit(make("pointwise"), dynamic=False, max_versions=n + 1)
+    f = trident.jit(make("pointwise", "grow"), dynamic=False, max_versions=n + 1)
     for k in range(n):
         x = torch.randn(k + 1, device=a.device)
         f(x, x)
