@@ -34,6 +34,10 @@ KNOBS = {
         Knob("TRIDENT_CC", "", "C compiler for SCMs (default: $CC, then cc)."),
         Knob("TRIDENT_VERSION_OPT", "-O1", "Optimisation level of a version's C unit: -O0, "
              "-O1 or -O2 (units over 150,000 characters: -O0 always)."),
+        Knob("TRIDENT_POW2_BUCKETS", "0", "1: while capturing, `triton.next_power_of_2` of a "
+             "dynamic size is traced as comparisons: the version guards the size's "
+             "power-of-two range and gets the power as a constant (see docs/internals.md; "
+             "off until measured on the GPU)."),
         Knob("TRIDENT_CXX", "", "C++ compiler for the runtime (default: $CXX, then c++)."),
         Knob("TRIDENT_STRICT", "0", "1: raise instead of falling back to eager "
              "(the default for jit(strict=None))."),
@@ -91,6 +95,10 @@ def c_compiler() -> str:
 def version_opt() -> str:
     v = _get("TRIDENT_VERSION_OPT")
     return v if v in ("-O0", "-O1", "-O2") else KNOBS["TRIDENT_VERSION_OPT"].default
+
+
+def pow2_buckets() -> bool:
+    return _get("TRIDENT_POW2_BUCKETS") == "1"
 
 
 def cxx_compiler() -> str:

@@ -380,3 +380,46 @@ def test_guards_are_built_once_per_capture_and_still_checked(h, monkeypatch):
     scale["k"] = 3.0  # a guarded constant changed: a miss, eager's result
     h.check(f, fn, h.rand(5))
     assert trident.stats(f)["misses"] == 2 and len(builds) == 2
+
+
+def next_power_of_2(n):
+    """Triton's block-size helper, as triton/__init__.py has it."""
+    n -= 1
+    n |= n >> 1
+    n |= n >> 2
+    n |= n >> 4
+    n |= n >> 8
+    n |= n >> 16
+    n |= n >> 32
+    n += 1
+    return n
+
+
+def _padded_to_pow2(x):
+    n = next_power_of_2(x.shape[-1])
+    warps = 8 if min(4096, n) > 2048 else 4
+    return torch.nn.functional.pad(x, (0, n - x.shape[-1])) * warps
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_next_power_of_2_of_a_dynamic_size(h, monkeypatch, on):
+    """TRIDENT_POW2_BUCKETS=1: Triton's next_power_of_2 over a dynamic size is traced as
+    comparisons, so the version guards the size's power-of-two range (a miss outside it)
+    and gets the power as a constant; off, Dynamo traces Triton's bit arithmetic.  Both
+    give eager's results, sizes 0 and 1 and exact powers included."""
+    from trident.capture import adapters
+
+    monkeypatch.setattr(adapters, "_POW2_FUNCS",
+                        {*adapters._POW2_FUNCS, (__name__, "next_power_of_2")})
+    monkeypatch.setenv("TRIDENT_POW2_BUCKETS", "1" if on else "0")
+    fn = h.fresh(_padded_to_pow2)
+    f = trident.jit(fn, dynamic=True)
+    for n in (3000, 3100, 4096, 2000, 4097, 1, 0, 2, 3):
+        h.check(f, fn, h.rand(2, n))
+    st = trident.stats(f)
+    assert st["fallbacks"] == 0
+    if on:
+        # (2048, 4096]: 3000, 3100, 4096 share a version; 2000, 4097, 1, 0, 2, 3 do not
+        assert st["hits"][0] == 2 and st["versions"] == 7
+    h.check(f, fn, h.rand(2, 2500))  # inside the first bucket either way: a hit
+    assert trident.stats(f)["misses"] == st["misses"]

@@ -383,6 +383,62 @@ def _wrap_math_prod(orig):
     return _wrap
 
 
+# Functions computing the smallest power of two >= n, by (module, qualified name): Triton's
+# block-size helper (a plain function, or a `ConstexprFunction` around one in Triton 3.5+).
+_POW2_FUNCS: set = {("triton", "next_power_of_2")}
+
+
+def _is_pow2_func(value) -> bool:
+    try:
+        key = (getattr(value, "__module__", None), getattr(value, "__qualname__", None))
+        return key in _POW2_FUNCS and callable(value)
+    except Exception:  # noqa: BLE001 - an object whose attributes raise is not one
+        return False
+
+
+def _next_power_of_2(n):
+    """`triton.next_power_of_2(n)` as Dynamo traces it cheaply (TRIDENT_POW2_BUCKETS=1).
+    Triton's bit arithmetic over a dynamic size makes a sympy expression whose guards cost
+    seconds to simplify (FlagGems' cumsum); these comparisons give the same value for every
+    int, guarded by the size's power-of-two range.  No defaults, no globals: the traced
+    function stands at the original's source."""
+    if isinstance(n, float):  # Triton's own arithmetic: the TypeError eager raises
+        n -= 1
+        n |= n >> 1
+        return n + 1
+    if n <= 0:
+        return 0
+    if n > 4611686018427387904:  # 2**62: Triton's own arithmetic (exact below 2**64)
+        n -= 1
+        n |= n >> 1
+        n |= n >> 2
+        n |= n >> 4
+        n |= n >> 8
+        n |= n >> 16
+        n |= n >> 32
+        return n + 1
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def _wrap_pow2(orig):
+    def _wrap(self, value):
+        if self.source is not None and _is_pow2_func(value):
+            from .. import config
+
+            if config.pow2_buckets():
+                from torch._dynamo.guards import GuardBuilder
+                from torch._dynamo.variables.functions import UserFunctionVariable
+
+                self.install_guards(GuardBuilder.ID_MATCH)  # on the real function
+                return UserFunctionVariable(_next_power_of_2)
+        return orig(self, value)
+
+    return _wrap
+
+
 def _wrap_tensor_wrappers(orig):
     def _wrap(self, value):
         poly = _polyfill_for(value)
@@ -626,6 +682,8 @@ ADAPTERS: tuple = (
             "VariableBuilder._wrap", _wrap_elementwise_dtypes),
     Adapter("math.prod over a generator", f"{_DYNAMO}.variables.builder",
             "VariableBuilder._wrap", _wrap_math_prod),
+    Adapter("next_power_of_2 as comparisons", f"{_DYNAMO}.variables.builder",
+            "VariableBuilder._wrap", _wrap_pow2),
     Adapter("tensor-like wrappers traced as a subclass", f"{_DYNAMO}.variables.builder",
             "VariableBuilder._wrap", _wrap_tensor_wrappers),
     Adapter("kernel-entry wrappers traced as their kernel", f"{_DYNAMO}.variables.builder",
