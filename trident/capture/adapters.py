@@ -402,13 +402,9 @@ def _next_power_of_2(n):
     seconds to simplify (FlagGems' cumsum); these comparisons give the same value for every
     int, guarded by the size's power-of-two range.  No defaults, no globals: the traced
     function stands at the original's source."""
-    if isinstance(n, float):  # Triton's own arithmetic: the TypeError eager raises
-        n -= 1
-        n |= n >> 1
-        return n + 1
-    if n <= 0:
-        return 0
-    if n > 4611686018427387904:  # 2**62: Triton's own arithmetic (exact below 2**64)
+    # A float (eager raises Triton's TypeError) and sizes past 2**62: Triton's own arithmetic
+    # (exact below 2**64).
+    if isinstance(n, float) or n > 4611686018427387904:
         n -= 1
         n |= n >> 1
         n |= n >> 2
@@ -417,6 +413,8 @@ def _next_power_of_2(n):
         n |= n >> 16
         n |= n >> 32
         return n + 1
+    if n <= 0:
+        return 0
     p = 1
     while p < n:
         p *= 2
