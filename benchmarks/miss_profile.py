@@ -130,7 +130,7 @@ def _pair(trident_fn, torch_fn, case):
     dynamic state per (file, line, name), which one shared `def` line would carry from one
     case (or mode) to the next."""
     def mk(mode):
-        ns = {"fn": trident_fn if mode in ("trident", "same") else torch_fn}
+        ns = {"fn": trident_fn if mode in ("trident", "same", "same_inductor") else torch_fn}
         exec(compile("def f(*args):\n    return fn(*args)\n",
                      f"<miss_profile {case} {mode}>", "exec"), ns)
         return ns["f"]
@@ -154,6 +154,9 @@ def run_case(a, torch, trident, name, maker, dynamic, inputs):
     if name.startswith("flaggems"):
         # Dynamo alone on the FlagGems function Trident captures: the floor of its capture
         compiled["same"] = torch.compile(maker("same"), backend="eager", dynamic=dynamic)
+        # torch.compile of that same function: what its user would run instead of Trident
+        compiled["same_inductor"] = torch.compile(maker("same_inductor"), backend="inductor",
+                                                  dynamic=dynamic)
     rows = []
     for k, args in enumerate(inputs):
         shape = "x".join(map(str, args[0].shape)) + ("" if args[0].dtype == inputs[0][0].dtype
@@ -283,16 +286,17 @@ def main():
         "`less run`: Trident's miss without its capturing run (the call's own work, with any",
         "Triton JIT compile of a kernel new to the process, which eager pays at that shape too).",
         "`Dynamo, same fn`: torch.compile(backend=\"eager\") of the FlagGems function itself",
-        "(after Trident's call, so Triton's kernels are compiled): Dynamo's own trace of that code.",
+        "(after Trident's call, so Triton's kernels are compiled): Dynamo's own trace of that code;",
+        "`inductor, same fn`: torch.compile (inductor) of the FlagGems function itself.",
         "Trident's phases in ms: " + ", ".join(PHASES) + ".", ""]
-    later_ok = []
+    later_ok, later_same = [], []
     for name, (dynamic, rows) in results.items():
         same = "same" in rows[0]
         lines += [f"## {name} (dynamic={dynamic})", "",
                   "| shape | Trident s | less run s | inductor s | eager backend s | "
-                  + ("Dynamo, same fn s | " if same else "")
+                  + ("Dynamo, same fn s | inductor, same fn s | " if same else "")
                   + " | ".join(PHASES) + " |",
-                  "|---|---:|---:|---:|---:|" + ("---:|" if same else "")
+                  "|---|---:|---:|---:|---:|" + ("---:|---:|" if same else "")
                   + "---:|" * len(PHASES)]
         for k, r in enumerate(rows):
             tr = f"{r['trident']:.3f}" + ("" if r["miss"] else " hit")
@@ -301,11 +305,13 @@ def main():
             ph = fmt_phases(r["phases"]) if "phases" in r else " | ".join("" for _ in PHASES)
             own = (f"{r['trident'] - r['phases'].get('run', 0.0):.3f}" if "phases" in r
                    else "")
-            sm = (f"{r['same']:.3f}" + ("" if r["same_recompiled"] else " hit") + " | "
-                  if same else "")
+            sm = "".join(f"{r[k]:.3f}" + ("" if r[k + "_recompiled"] else " hit") + " | "
+                         for k in ("same", "same_inductor") if same)
             lines.append(f"| {r['shape']} | {tr} | {own} | {ind} | {eag} | {sm}{ph} |")
             if k and r["miss"] and r["inductor_recompiled"]:
                 later_ok.append((name, r["shape"], r["trident"], r["inductor"]))
+            if k and r["miss"] and r.get("same_inductor_recompiled"):
+                later_same.append((name, r["shape"], r["trident"], r["same_inductor"]))
         lines.append("")
     if later_ok:
         faster = sum(1 for *_, t, i in later_ok if t <= i)
@@ -313,6 +319,10 @@ def main():
                   f"Trident <= inductor in {faster} of {len(later_ok)}; median Trident "
                   f"{statistics.median(t for *_, t, _ in later_ok):.3f} s, inductor "
                   f"{statistics.median(i for *_, i in later_ok):.3f} s.", ""]
+    if later_same:
+        lines += ["Against torch.compile (inductor) of the same FlagGems function: "
+                  + "; ".join(f"{n} {sh}: Trident {t:.3f} s, inductor {i:.3f} s"
+                              for n, sh, t, i in later_same) + ".", ""]
     if grown:
         n = len(grown)
         first, last = grown[1:6], grown[-5:]
