@@ -72,8 +72,19 @@ def make(name: str, tag: str = ""):
     import torch
 
     ns = {"torch": torch}
-    exec(compile(SOURCES[name], f"<miss_profile {tag or name}>", "exec"), ns)
+    _exec(SOURCES[name], f"<miss_profile {tag or name}>", ns)
     return ns["f"]
+
+
+def _exec(src: str, filename: str, ns: dict) -> None:
+    """exec `src` as the file `filename`, with its lines in linecache: torch.compile before
+    2.13 traces a function without a source file through one shared wrapper
+    (`external_utils.wrap_inline`), whose single code object then reaches Dynamo's recompile
+    limit across cases and modes, after which every torch.compile call ran eagerly."""
+    import linecache
+
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+    exec(compile(src, filename, "exec"), ns)
 
 
 def cases(a, torch):
@@ -131,8 +142,7 @@ def _pair(trident_fn, torch_fn, case):
     case (or mode) to the next."""
     def mk(mode):
         ns = {"fn": trident_fn if mode in ("trident", "same", "same_inductor") else torch_fn}
-        exec(compile("def f(*args):\n    return fn(*args)\n",
-                     f"<miss_profile {case} {mode}>", "exec"), ns)
+        _exec("def f(*args):\n    return fn(*args)\n", f"<miss_profile {case} {mode}>", ns)
         return ns["f"]
     return mk
 

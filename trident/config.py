@@ -34,10 +34,11 @@ KNOBS = {
         Knob("TRIDENT_CC", "", "C compiler for SCMs (default: $CC, then cc)."),
         Knob("TRIDENT_VERSION_OPT", "-O1", "Optimisation level of a version's C unit: -O0, "
              "-O1 or -O2 (units over 150,000 characters: -O0 always)."),
-        Knob("TRIDENT_POW2_BUCKETS", "0", "1: while capturing, `triton.next_power_of_2` of a "
+        Knob("TRIDENT_POW2_BUCKETS", "1", "1: while capturing, `triton.next_power_of_2` of a "
              "dynamic size is traced as comparisons: the version guards the size's "
-             "power-of-two range and gets the power as a constant (see docs/internals.md; "
-             "off until measured on the GPU)."),
+             "power-of-two range and gets the power as a constant (see docs/internals.md); "
+             "0: Dynamo traces Triton's bit arithmetic (fewer versions where the power stays "
+             "symbolic, seconds more per capture)."),
         Knob("TRIDENT_CXX", "", "C++ compiler for the runtime (default: $CXX, then c++)."),
         Knob("TRIDENT_STRICT", "0", "1: raise instead of falling back to eager "
              "(the default for jit(strict=None))."),
