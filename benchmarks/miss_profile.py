@@ -147,6 +147,16 @@ def _pair(trident_fn, torch_fn, case):
     return mk
 
 
+def _s(t) -> str:
+    return "failed" if t is None else f"{t:.3f}"
+
+
+def _cell(r, k) -> str:
+    if r.get(k) is None:
+        return "failed"
+    return f"{r[k]:.3f}" + ("" if r[k + "_recompiled"] else " hit")
+
+
 def sync(torch, dev):
     if dev == "cuda":
         torch.cuda.synchronize()
@@ -191,15 +201,25 @@ def run_case(a, torch, trident, name, maker, dynamic, inputs):
             frames = counters["frames"]["ok"] + counters["frames"]["total"]
             sync(torch, a.device)
             t = time.perf_counter()
-            cf(*args)
-            sync(torch, a.device)
+            try:
+                cf(*args)
+                sync(torch, a.device)
+            except Exception as e:  # noqa: BLE001 - a compiler that fails is reported
+                # (Inductor on FlagGems' add: a generated module with a syntax error)
+                row[b] = None
+                row[b + "_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+                print(f"{name} {shape}: torch.compile {b} failed: {row[b + '_error']}",
+                      flush=True)
+                compiled[b] = torch._dynamo.disable(cf)  # not again for the next shapes
+                row[b + "_recompiled"] = False
+                continue
             row[b] = time.perf_counter() - t
             row[b + "_recompiled"] = counters["frames"]["ok"] + counters["frames"]["total"] \
                 > frames
         rows.append(row)
         print(f"{name} {shape}: trident {row['trident']:.3f} s"
-              f"{'' if row['miss'] else ' (hit)'}, inductor {row['inductor']:.3f} s, "
-              f"eager backend {row['eager']:.3f} s", flush=True)
+              f"{'' if row['miss'] else ' (hit)'}, inductor {_s(row['inductor'])} s, "
+              f"eager backend {_s(row['eager'])} s", flush=True)
     if a.explain:
         print(trident.explain(tf), flush=True)
     return rows
@@ -310,18 +330,20 @@ def main():
                   + "---:|" * len(PHASES)]
         for k, r in enumerate(rows):
             tr = f"{r['trident']:.3f}" + ("" if r["miss"] else " hit")
-            ind = f"{r['inductor']:.3f}" + ("" if r["inductor_recompiled"] else " hit")
-            eag = f"{r['eager']:.3f}" + ("" if r["eager_recompiled"] else " hit")
+            ind, eag = _cell(r, "inductor"), _cell(r, "eager")
             ph = fmt_phases(r["phases"]) if "phases" in r else " | ".join("" for _ in PHASES)
             own = (f"{r['trident'] - r['phases'].get('run', 0.0):.3f}" if "phases" in r
                    else "")
-            sm = "".join(f"{r[k]:.3f}" + ("" if r[k + "_recompiled"] else " hit") + " | "
-                         for k in ("same", "same_inductor") if same)
+            sm = "".join(_cell(r, k) + " | " for k in ("same", "same_inductor") if same)
             lines.append(f"| {r['shape']} | {tr} | {own} | {ind} | {eag} | {sm}{ph} |")
             if k and r["miss"] and r["inductor_recompiled"]:
                 later_ok.append((name, r["shape"], r["trident"], r["inductor"]))
             if k and r["miss"] and r.get("same_inductor_recompiled"):
                 later_same.append((name, r["shape"], r["trident"], r["same_inductor"]))
+        errors = {f"{b}: {r[b + '_error']}" for r in rows for b in ("inductor", "eager", "same",
+                                                                    "same_inductor")
+                  if r.get(b + "_error")}
+        lines += [f"- torch.compile failed ({e})" for e in sorted(errors)]
         lines.append("")
     if later_ok:
         faster = sum(1 for *_, t, i in later_ok if t <= i)
