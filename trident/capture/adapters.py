@@ -413,12 +413,19 @@ def _next_power_of_2(n):
         n |= n >> 16
         n |= n >> 32
         return n + 1
-    if n <= 0:
-        return 0
-    p = 1
-    while p < n:
-        p *= 2
-    return p
+    if n <= 1:
+        return 0 if n <= 0 else 1
+    # binary search over the exponent: 6 comparisons (guards) for any size, where a doubling
+    # loop made one per power below the size (20 for a million elements)
+    lo = 1
+    hi = 62
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if n <= (1 << mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return 1 << lo
 
 
 def _wrap_pow2(orig):
