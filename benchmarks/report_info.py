@@ -28,7 +28,8 @@ def commit() -> str:
 
 
 def machine(torch, threads: bool = False) -> str:
-    """Platform, CPU model, core count, torch (and its intra-op threads) and Python."""
+    """The GPU where CUDA is available, platform, CPU model, core count, torch (and its
+    intra-op threads) and Python."""
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -38,5 +39,11 @@ def machine(torch, threads: bool = False) -> str:
     except OSError:
         pass
     t = f" (intra-op threads {torch.get_num_threads()})" if threads else ""
-    return (f"{platform.platform()}; {cpu}; nproc={os.cpu_count()}; torch {torch.__version__}"
+    gpu = ""
+    try:
+        if torch.cuda.is_available():
+            gpu = f"{torch.cuda.get_device_name()}; "
+    except Exception:  # noqa: BLE001 - a report still names the rest
+        pass
+    return (f"{gpu}{platform.platform()}; {cpu}; nproc={os.cpu_count()}; torch {torch.__version__}"
             f"{t}; Python {platform.python_version()}")
