@@ -13,6 +13,7 @@ file.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import re
@@ -172,7 +173,8 @@ class SCM:
         t0 = time.perf_counter()
         try:
             cap = capture(self.fn, args, kwargs, dynamic=self._capture_dynamic(),
-                          global_state_fn=self.rt.global_state)
+                          global_state_fn=self.rt.global_state,
+                          pow2_buckets=not self._pow2_symbolic())
         except CaptureError as e:
             # Either the user's code raises (eager raises the same) or Dynamo
             # cannot capture it.  Run eagerly: its exception, if any, is the
@@ -200,6 +202,8 @@ class SCM:
         self._phases = {"capture": t1 - t0 - cap.run_seconds, "run": cap.run_seconds}
         try:
             version = self._make_version(cap, reason)
+            if cap.pow2_bucketed:
+                version = self._pow2_twin(version)
             t2 = time.perf_counter()
             self._install(self.versions + [version])
             t3 = time.perf_counter()
@@ -239,6 +243,28 @@ class SCM:
         of a 5 s miss on the H200).  Static capture is always valid; it only specializes
         more (one version per shape, as the retry gives anyway)."""
         return False if self.static_after is not None else self.options.dynamic
+
+    def _pow2_symbolic(self) -> bool:
+        """Whether this function's captures keep `triton.next_power_of_2` symbolic: one of its
+        versions (captured here or loaded from disk) says so (see _pow2_twin)."""
+        return any(n.startswith(_POW2_SYMBOLIC) for v in self.versions for n in v.notes)
+
+    def _pow2_twin(self, v: ir.Version) -> ir.Version:
+        """`v`, captured with `triton.next_power_of_2` of a dynamic size taken as its
+        power-of-two range (TRIDENT_POW2_BUCKETS), noted as such.  Where an earlier such
+        version differs from it only in its size guards, the power only chose between
+        guards (FlagGems' pointwise tile size, `min(512, next_power_of_2(numel))`): each
+        range would cost a version, so later captures of the function keep the power
+        symbolic, which Dynamo traces slower (seconds) into one version for every range.
+        Where the power reaches the program (a Triton block size), versions differ and
+        buckets stay: a symbolic trace would specialize per range anyway."""
+        notes = (*v.notes, _POW2_NOTE)  # the power was taken as a constant in this capture
+        twin = next((o for o in self.versions if _POW2_NOTE in o.notes
+                     and _same_but_sizes(o, v)), None)
+        if twin is not None:
+            notes += (f"{_POW2_SYMBOLIC}: version {twin.index} differs from this one only "
+                      "in its size guards",)
+        return dataclasses.replace(v, notes=notes)
 
     def _use_scope(self, scope) -> None:
         """The globals dict of the frame Dynamo traced must be the SCM's (see __init__)."""
@@ -466,6 +492,28 @@ class _FunctionWide(UnsupportedError):
 
 # How many versions a miss reason names (the rest are counted).
 _REASON_VERSIONS = 8
+
+
+
+_POW2_NOTE = "next_power_of_2 of a dynamic size taken as its power-of-two range"
+_POW2_SYMBOLIC = "later captures keep next_power_of_2 symbolic"
+
+
+def _same_but_sizes(a: ir.Version, b: ir.Version) -> bool:
+    """Whether two versions differ only in their shape guards (the range of a size): the same
+    other guards, the same instructions and result, and the same CUBIN at each launch."""
+    if (a.program, a.output, a.nslots, a.run_mode, a.env) != \
+            (b.program, b.output, b.nslots, b.run_mode, b.env):
+        return False
+    if [g for g in a.guards if not isinstance(g, ir.ShapeGuard)] != \
+            [g for g in b.guards if not isinstance(g, ir.ShapeGuard)]:
+        return False
+    for ins in a.program:
+        if isinstance(ins, ir.TritonLaunch):
+            i = ins.cubin_const
+            if i >= len(a.consts) or i >= len(b.consts) or a.consts[i] != b.consts[i]:
+                return False
+    return True
 
 
 def _native_locals(code) -> int:

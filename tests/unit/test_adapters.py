@@ -423,3 +423,37 @@ def test_next_power_of_2_of_a_dynamic_size(h, monkeypatch, on):
         assert st["hits"][0] == 2 and st["versions"] == 7
     h.check(f, fn, h.rand(2, 2500))  # inside the first bucket either way: a hit
     assert trident.stats(f)["misses"] == st["misses"]
+
+
+def _tile_capped(x):
+    tile = min(64, next_power_of_2(x.shape[-1]))  # FlagGems' pointwise tile-size shape
+    return (x * 2).sum(-1) + tile
+
+
+@pytest.mark.parametrize("fn", [_tile_capped, _padded_to_pow2])
+def test_pow2_buckets_give_way_to_one_symbolic_version(h, monkeypatch, fn):
+    """Two power-of-two-range versions of a function with the same program (the power only
+    chose between guards: `min(64, p)`) make its later captures keep next_power_of_2
+    symbolic: one more version then serves every larger size.  Where the power reaches the
+    program (padding to it), each range stays a version of its own."""
+    from trident.capture import adapters
+
+    monkeypatch.setattr(adapters, "_POW2_FUNCS",
+                        {*adapters._POW2_FUNCS, (__name__, "next_power_of_2")})
+    monkeypatch.delenv("TRIDENT_POW2_BUCKETS", raising=False)  # the default: on
+    fn = h.fresh(fn)
+    f = trident.jit(fn, dynamic=True)
+    sizes = (100, 300, 1000, 3000, 7000, 20000)
+    for n in sizes:
+        h.check(f, fn, h.rand(2, n))
+    st = trident.stats(f)
+    assert st["fallbacks"] == 0
+    said = "later captures keep next_power_of_2 symbolic" in trident.explain(f)
+    if fn.__name__.startswith("_tile_capped"):
+        # 100 and 300: two ranges, one program; 1000 then captures symbolically, and that
+        # version serves 3000, 7000 and 20000
+        assert st["versions"] == 3 and st["misses"] == 3, st
+        assert st["hits"][2] == 3 and said
+    else:
+        assert st["versions"] == len(sizes) and st["hits"] == [0] * len(sizes), st
+        assert not said

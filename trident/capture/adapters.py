@@ -164,6 +164,11 @@ class State:
     extra_guards: list = field(default_factory=list)  # ("logger_quiet", source, level)
     empty_graph: object = None  # called with the OutputGraph when Dynamo skips the backend
     backend_calls: object = lambda: 0  # how many times the recorder ran
+    # TRIDENT_POW2_BUCKETS for this capture (False: the function's later captures keep
+    # next_power_of_2 symbolic, see scm.SpecializationCache._pow2_twin), and whether the
+    # trace met such a function while bucketing
+    pow2_buckets: bool = True
+    pow2_bucketed: bool = False
 
 
 # -- the registry ------------------------------------------------------------------------------
@@ -433,7 +438,9 @@ def _wrap_pow2(orig):
         if self.source is not None and _is_pow2_func(value):
             from .. import config
 
-            if config.pow2_buckets():
+            state = _current().state
+            if config.pow2_buckets() and state.pow2_buckets:
+                state.pow2_bucketed = True
                 from torch._dynamo.guards import GuardBuilder
                 from torch._dynamo.variables.functions import UserFunctionVariable
 

@@ -46,10 +46,12 @@ if TYPE_CHECKING:
 __all__ = ["Capture", "GraphInput", "PathGuards", "capture"]
 
 
-def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Capture:
+def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn,
+            pow2_buckets: bool = True) -> Capture:
     """Capture `fn(*args, **kwargs)`; raises CaptureError / UnsupportedError, each carrying
     the path's guards (`.guards`, a `PathGuards` or None) and, where the call ran, its result
-    (`.result`).
+    (`.result`).  `pow2_buckets`: whether `triton.next_power_of_2` of a dynamic size may be
+    traced as its power-of-two range (TRIDENT_POW2_BUCKETS; capture/adapters.py).
 
     An exception raised by the user's own operations while the captured graph
     runs is re-raised as is (it is what eager raises).
@@ -57,7 +59,7 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn) -> Captu
     first: _Recorder | None = None  # the dynamic attempt, when this is its static retry
     first_exc: Exception | None = None
     while True:
-        rec = _Recorder(fn, dynamic)
+        rec = _Recorder(fn, dynamic, pow2_buckets=pow2_buckets)
         compiled = rec.compile(global_state_fn)
         try:
             result = rec.call(compiled, args, kwargs)
@@ -121,6 +123,7 @@ class _Recorder:
 
     fn: object
     dynamic: bool | None
+    pow2_buckets: bool = True
     calls: int = 0  # times the backend ran
     og: object = None  # Dynamo's OutputGraph
     unsupported: str | None = None  # why the capture is refused
@@ -159,7 +162,8 @@ class _Recorder:
         self.global_state = global_state_fn()
         self.tf_mode_stack_len = torch._C._len_torch_function_stack()
         self.adapted = adapters.State(empty_graph=self.empty_graph,
-                                      backend_calls=lambda: self.calls)
+                                      backend_calls=lambda: self.calls,
+                                      pow2_buckets=self.pow2_buckets)
         return compiled
 
     def call(self, compiled, args: tuple, kwargs: dict):
@@ -354,7 +358,8 @@ class _Recorder:
             extra_guards=tuple(self.adapted.extra_guards),
             installed_globals=dict(self.installed), triton_needs_static=triton_needs_static,
             run_mode=self.run_mode, global_scope=self.global_scope,
-            run_seconds=self.run_seconds)
+            run_seconds=self.run_seconds,
+            pow2_bucketed=self.adapted.pow2_bucketed and bool(self.shape_exprs))
 
 
 def name_source_file(fn) -> None:

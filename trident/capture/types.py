@@ -84,6 +84,9 @@ class Capture:
     # Seconds the capturing run took: the graph's operators and Triton launches, a Triton
     # JIT compile of a kernel new to this process included (work an eager call does too).
     run_seconds: float = 0.0
+    # A symbolic capture whose trace took `triton.next_power_of_2` as a power-of-two range
+    # (TRIDENT_POW2_BUCKETS): the version's guards bound a size to that range.
+    pow2_bucketed: bool = False
 
     def with_note(self, note: str) -> Capture:
         """This capture with one more note (kept on the version: `Version.notes`)."""
