@@ -43,7 +43,7 @@ def machine(torch, threads: bool = False) -> str:
     try:
         if torch.cuda.is_available():
             gpu = f"{torch.cuda.get_device_name()}; "
-    except Exception:  # noqa: BLE001 - a report still names the rest
-        pass
+    except Exception as e:  # noqa: BLE001 - a report still names the rest
+        gpu = f"GPU not named ({type(e).__name__}); "
     return (f"{gpu}{platform.platform()}; {cpu}; nproc={os.cpu_count()}; torch {torch.__version__}"
             f"{t}; Python {platform.python_version()}")
