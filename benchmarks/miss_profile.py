@@ -113,7 +113,7 @@ def cases(a, torch):
         except ImportError:
             print("flag_gems is not importable: --flaggems skipped", flush=True)
         else:
-            rows_h = [(t, 4096) for t in (1, 16, 64, 256)]
+            rows_h = [(t, 4096) for t in (1, 16, 64, 256, 1024)]
             vocab = [(1, 2048), (1, 32000), (4, 32000), (16, 32000), (64, 32000)]
             fg_add = importlib.import_module("flag_gems.ops.add").add
             fg_cumsum = importlib.import_module("flag_gems.ops.cumsum").cumsum
@@ -220,8 +220,12 @@ def run_case(a, torch, trident, name, maker, dynamic, inputs):
         print(f"{name} {shape}: trident {row['trident']:.3f} s"
               f"{'' if row['miss'] else ' (hit)'}, inductor {_s(row['inductor'])} s, "
               f"eager backend {_s(row['eager'])} s", flush=True)
+    text = trident.explain(tf)
     if a.explain:
-        print(trident.explain(tf), flush=True)
+        print(text, flush=True)
+    rows[-1]["versions"] = trident.stats(tf)["versions"]
+    rows[-1]["pow2"] = (text.count("taken as its power-of-two range"),
+                        "keep next_power_of_2 symbolic" in text)
     return rows
 
 
@@ -340,6 +344,11 @@ def main():
                 later_ok.append((name, r["shape"], r["trident"], r["inductor"]))
             if k and r["miss"] and r.get("same_inductor_recompiled"):
                 later_same.append((name, r["shape"], r["trident"], r["same_inductor"]))
+        if "versions" in rows[-1]:
+            buckets, gave_way = rows[-1]["pow2"]
+            lines.append(f"- Trident's versions after the last shape: {rows[-1]['versions']}"
+                         + (f" ({buckets} with next_power_of_2 as a power-of-two range"
+                            + ("; then symbolic" if gave_way else "") + ")" if buckets else ""))
         errors = {f"{b}: {r[b + '_error']}" for r in rows for b in ("inductor", "eager", "same",
                                                                     "same_inductor")
                   if r.get(b + "_error")}
