@@ -768,3 +768,69 @@ def test_a_restore_fingerprints_each_object_once(monkeypatch):
     assert len(set(a)) == 1 and len(calls) == 1
     consts.fingerprint(_plain)  # outside a restore: computed again (code may have changed)
     assert len(calls) == 2
+
+
+# -- next_power_of_2 buckets that gave way, across processes --------------------------------------
+
+POW2 = {
+    "ppow.py": '''
+import torch
+
+import trident
+
+
+def next_power_of_2(n):
+    """Triton's block-size helper, as triton/__init__.py has it."""
+    n -= 1
+    n |= n >> 1
+    n |= n >> 2
+    n |= n >> 4
+    n |= n >> 8
+    n |= n >> 16
+    n |= n >> 32
+    n += 1
+    return n
+
+
+def tile_capped(x):
+    return (x * 2).sum(-1) + min(64, next_power_of_2(x.shape[-1]))
+
+
+entry = trident.jit(tile_capped, dynamic=True)
+''',
+    "driver.py": '''
+import json
+import os
+
+import torch
+
+import ppow
+import trident
+from trident.capture import adapters
+
+adapters._POW2_FUNCS.add(("ppow", "next_power_of_2"))
+for n in map(int, os.environ["PERSIST_SIZES"].split(",")):
+    x = torch.randn(2, n)
+    torch.testing.assert_close(ppow.entry(x), ppow.tile_capped(x))
+st = trident.stats(ppow.entry)
+print(json.dumps({"captures": st["captures"], "hits": st["hits"], "origins": st["origins"],
+                  "explain": trident.explain(ppow.entry)}))
+''',
+}
+
+
+def test_buckets_that_gave_way_stay_given_way_in_a_new_process(tmp_path):
+    """Process A's two power-of-two-range versions differ only in their size guards, so its
+    second one says later captures keep next_power_of_2 symbolic; process B, which loads
+    them, captures its new size symbolically (no range note): one version for every larger
+    size."""
+    w = World(tmp_path)
+    for name, text in POW2.items():
+        (tmp_path / name if name == "driver.py" else w.src / name).write_text(text)
+    a = w.run(w.root, PERSIST_SIZES="100,300")
+    assert a["captures"] == 2 and "keep next_power_of_2 symbolic" in a["explain"], a
+    b = w.run(w.root, PERSIST_SIZES="1000,3000,7000,20000")
+    # 1000: the first miss after loading runs eagerly; 3000 captures; 7000, 20000 hit
+    assert b["origins"] == ["disk", "disk", "captured"], b
+    assert b["captures"] == 1 and b["hits"] == [0, 0, 2], b
+    assert b["explain"].count("taken as its power-of-two range") == 2, b["explain"]
