@@ -457,3 +457,22 @@ def test_pow2_buckets_give_way_to_one_symbolic_version(h, monkeypatch, fn):
     else:
         assert st["versions"] == len(sizes) and st["hits"] == [0] * len(sizes), st
         assert not said
+
+
+def _pow2_of_a_tensor(x):
+    return x * next_power_of_2(x.shape[-1]) + next_power_of_2((x > 0).sum())
+
+
+def test_next_power_of_2_of_a_tensor_keeps_tritons_arithmetic(h, monkeypatch):
+    """A tensor (or any non-int) argument goes through Triton's own arithmetic, as in eager,
+    elementwise in the graph: no comparison of a tensor, which would stop the capture."""
+    from trident.capture import adapters
+
+    monkeypatch.setattr(adapters, "_POW2_FUNCS",
+                        {*adapters._POW2_FUNCS, (__name__, "next_power_of_2")})
+    fn = h.fresh(_pow2_of_a_tensor)
+    f = trident.jit(fn, dynamic=True)
+    for n in (300, 700, 1000):
+        h.check(f, fn, h.rand(3, n))
+    st = trident.stats(f)
+    assert st["fallbacks"] == 0 and not st["eager_paths"] and st["captures"] >= 1, st

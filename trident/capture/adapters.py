@@ -407,9 +407,10 @@ def _next_power_of_2(n):
     seconds to simplify (FlagGems' cumsum); these comparisons give the same value for every
     int, guarded by the size's power-of-two range.  No defaults, no globals: the traced
     function stands at the original's source."""
-    # A float (eager raises Triton's TypeError) and sizes past 2**62: Triton's own arithmetic
-    # (exact below 2**64).
-    if isinstance(n, float) or n > 4611686018427387904:
+    # Anything but an int (a float, where eager raises Triton's TypeError; a tensor, which
+    # Triton's arithmetic takes elementwise) and sizes past 2**62: Triton's own arithmetic
+    # (exact below 2**64).  A SymInt is an int here: Dynamo answers isinstance by its type.
+    if not isinstance(n, int) or n > 4611686018427387904:
         n -= 1
         n |= n >> 1
         n |= n >> 2
