@@ -24,8 +24,9 @@ Functions (CPU; `--device cuda` runs the same on the GPU):
 - `scan_dyn`: the same with dynamic=True (every version dynamic: new ndim / dtype);
 - `norm`: a layer norm written with eight operators, dynamic=False;
 - with Triton (`--device cuda`): `silu` (trident/examples/triton_kernels.py, a Triton
-  launch); with `--flaggems`: FlagGems' `add` and `cumsum` (flag_gems.ops.<op>.<op>),
-  torch.compile of the torch operator for the same shapes.
+  launch); with `--flaggems`: FlagGems' `add`, `mul`, `silu` (its pointwise operators,
+  bf16, 1-1024 rows of 4096) and `cumsum` (flag_gems.ops.<op>.<op>), torch.compile of the
+  torch operator and of the FlagGems function itself for the same shapes.
 - `--grow N`: the pointwise function with N shapes, so that later misses rebuild an SCM of
   many versions: the phases of the first and last five misses.
 
@@ -120,6 +121,14 @@ def cases(a, torch):
             out.append(("flaggems_add", _pair(fg_add, torch.add, "flaggems_add"), None,
                         [(r(*s, dt=torch.bfloat16), r(*s, dt=torch.bfloat16))
                          for s in rows_h]))
+            fg_mul = importlib.import_module("flag_gems.ops.mul").mul
+            fg_silu = importlib.import_module("flag_gems.ops.silu").silu
+            out.append(("flaggems_mul", _pair(fg_mul, torch.mul, "flaggems_mul"), None,
+                        [(r(*s, dt=torch.bfloat16), r(*s, dt=torch.bfloat16))
+                         for s in rows_h]))
+            out.append(("flaggems_silu", _pair(fg_silu, torch.nn.functional.silu,
+                                               "flaggems_silu"), None,
+                        [(r(*s, dt=torch.bfloat16),) for s in rows_h]))
             out.append(("flaggems_cumsum", _pair(lambda x: fg_cumsum(x, -1),
                                                  lambda x: torch.cumsum(x, -1),
                                                  "flaggems_cumsum"), None,
@@ -253,7 +262,8 @@ def median_phases(ps: list) -> dict:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    ap.add_argument("--flaggems", action="store_true", help="also FlagGems' add and cumsum")
+    ap.add_argument("--flaggems", action="store_true",
+                    help="also FlagGems' add, mul, silu (pointwise) and cumsum")
     ap.add_argument("--grow", type=int, default=100,
                     help="versions of the growth run (0: none)")
     ap.add_argument("--warm-caches", action="store_true",
