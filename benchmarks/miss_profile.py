@@ -23,6 +23,10 @@ Functions (CPU; `--device cuda` runs the same on the GPU):
   a 3-D shape is a new dynamic version;
 - `scan_dyn`: the same with dynamic=True (every version dynamic: new ndim / dtype);
 - `norm`: a layer norm written with eight operators, dynamic=False;
+- `pow2_tile` (only with `--cases pow2_tile`, where Triton imports): `min(512, triton.next_power_of_2(x.numel()))`, FlagGems'
+  pointwise tile size without its kernel, dynamic=None, 16-16384 rows of 256: the
+  power-of-two ranges of TRIDENT_POW2_BUCKETS, until two of them differ only in their size
+  guards and the function's captures keep the power symbolic;
 - with Triton (`--device cuda`): `silu` (trident/examples/triton_kernels.py, a Triton
   launch); with `--flaggems`: FlagGems' `add`, `mul`, `silu` (its pointwise operators,
   bf16, 1-1024 rows of 4096) and `cumsum` (flag_gems.ops.<op>.<op>), torch.compile of the
@@ -41,6 +45,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib
+import importlib.util
 import os
 import statistics
 import sys
@@ -63,6 +68,11 @@ SOURCES = {
              "    d = x - m\n"
              "    v = (d * d).mean(-1, keepdim=True)\n"
              "    return d * torch.rsqrt(v + 1e-5) * w + b\n"),
+    # FlagGems' pointwise tile size (utils/shape_utils.py heuristics_for_tile_size), without
+    # a kernel: Triton's own next_power_of_2 on a dynamic size (needs Triton importable)
+    "pow2_tile": ("def f(x):\n"
+                  "    tile = min(512, triton.next_power_of_2(x.numel()))\n"
+                  "    return x.view(-1, 8).sum(-1) * tile\n"),
 }
 
 
@@ -73,6 +83,10 @@ def make(name: str, tag: str = ""):
     import torch
 
     ns = {"torch": torch}
+    if name == "pow2_tile":
+        import triton
+
+        ns["triton"] = triton
     _exec(SOURCES[name], f"<miss_profile {tag or name}>", ns)
     return ns["f"]
 
@@ -98,6 +112,11 @@ def cases(a, torch):
          [(r(4, 500),), (r(2, 3, 400),), (r(4, 500, dt=torch.float64),)]),
         ("norm", make, False, [(r(8, n), r(n), r(n)) for n in (256, 384, 512, 640)]),
     ]
+    # only where asked for (--cases pow2_tile): Inductor's recompile of it took 3 minutes on
+    # the CPU (sympy over Triton's bit arithmetic)
+    if "pow2_tile" in a.cases.split(",") and importlib.util.find_spec("triton") is not None:
+        out.append(("pow2_tile", make, None,
+                    [(r(n, 256),) for n in (16, 64, 256, 1024, 4096, 16384)]))
     if dev == "cuda":
         try:
             from trident.examples import triton_kernels as tk
