@@ -169,7 +169,8 @@ def _pair(trident_fn, torch_fn, case):
     dynamic state per (file, line, name), which one shared `def` line would carry from one
     case (or mode) to the next."""
     def mk(mode):
-        ns = {"fn": trident_fn if mode in ("trident", "same", "same_inductor") else torch_fn}
+        ns = {"fn": trident_fn if mode in ("trident", "trident_bg", "same", "same_inductor")
+              else torch_fn}
         _exec("def f(*args):\n    return fn(*args)\n", f"<miss_profile {case} {mode}>", ns)
         return ns["f"]
     return mk
@@ -197,6 +198,9 @@ def run_case(a, torch, trident, name, maker, dynamic, inputs):
     if maker is make:
         maker = lambda mode: make(name, f"{name} {mode}")  # noqa: E731
     tf = trident.jit(maker("trident"), dynamic=dynamic, max_versions=64)
+    # --background: the same function again, its misses built in a thread
+    tb = trident.jit(maker("trident_bg"), dynamic=dynamic, max_versions=64) \
+        if a.background else None
     compiled = {b: torch.compile(maker(b), backend=b, dynamic=dynamic)
                 for b in ("inductor", "eager")}
     if name.startswith("flaggems"):
@@ -225,6 +229,23 @@ def run_case(a, torch, trident, name, maker, dynamic, inputs):
         row["miss"] = st["misses"] > misses
         if row["miss"] and st["miss_phases"]:
             row["phases"] = st["miss_phases"][-1]
+        if tb is not None:
+            from trident import config
+
+            misses = trident.stats(tb)["misses"]
+            sync(torch, a.device)
+            t = time.perf_counter()
+            # its own build cache (else its units are the Trident function's, found built)
+            with config.scope(TRIDENT_BACKGROUND_BUILD="1", **a.bg_cache):
+                tb(*args)
+                sync(torch, a.device)
+                row["bg"] = time.perf_counter() - t
+                trident.wait(tb)
+            row["bg_ready"] = time.perf_counter() - t
+            st = trident.stats(tb)
+            row["bg_miss"] = st["misses"] > misses
+            if row["bg_miss"] and st["miss_phases"]:
+                row["bg_phases"] = st["miss_phases"][-1]
         for b, cf in compiled.items():
             frames = counters["frames"]["ok"] + counters["frames"]["total"]
             sync(torch, a.device)
@@ -246,7 +267,9 @@ def run_case(a, torch, trident, name, maker, dynamic, inputs):
                 > frames
         rows.append(row)
         print(f"{name} {shape}: trident {row['trident']:.3f} s"
-              f"{'' if row['miss'] else ' (hit)'}, inductor {_s(row['inductor'])} s, "
+              f"{'' if row['miss'] else ' (hit)'}"
+              + (f", background {row['bg']:.3f} s (native after {row['bg_ready']:.3f} s)"
+                 if tb is not None else "") + ", inductor {_s(row['inductor'])} s, "
               f"eager backend {_s(row['eager'])} s", flush=True)
     text = trident.explain(tf)
     if a.explain:
@@ -296,6 +319,9 @@ def main():
                     help="where the --profile report goes (cumulative and own time)")
     ap.add_argument("--explain", action="store_true",
                     help="print trident.explain of each case's function after its calls")
+    ap.add_argument("--background", action="store_true",
+                    help="also the same functions with TRIDENT_BACKGROUND_BUILD=1: the miss "
+                         "call's time and the time until its version serves natively")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     if a.profile:
@@ -312,6 +338,10 @@ def main():
             (tmp / "runtime").symlink_to(runtime.resolve())
         os.environ["TRIDENT_CACHE_DIR"] = str(tmp)
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp / "inductor")
+        (tmp / "background").mkdir(mode=0o700)
+        a.bg_cache = {"TRIDENT_CACHE_DIR": str(tmp / "background")}
+    else:
+        a.bg_cache = {}
     import torch
 
     import trident
@@ -322,6 +352,11 @@ def main():
     warm = trident.jit(lambda x: x + 1)  # imports Dynamo, builds or loads the runtime
     warm(torch.ones(3, device=a.device))
     torch.compile(lambda x: x - 1)(torch.ones(3, device=a.device))
+    if a.background:  # the background cache's shared objects (scm_main.c, the prelude)
+        from trident import config
+
+        with config.scope(**a.bg_cache):
+            trident.jit(lambda x: x + 2)(torch.ones(3, device=a.device))
     warm_s = time.perf_counter() - t
 
     results = {}
@@ -351,16 +386,25 @@ def main():
         "`Dynamo, same fn`: torch.compile(backend=\"eager\") of the FlagGems function itself",
         "(after Trident's call, so Triton's kernels are compiled): Dynamo's own trace of that code;",
         "`inductor, same fn`: torch.compile (inductor) of the FlagGems function itself.",
-        "Trident's phases in ms: " + ", ".join(PHASES) + ".", ""]
-    later_ok, later_same = [], []
+        "Trident's phases in ms: " + ", ".join(PHASES) + ".",
+        *(["`background s`: the same function, another code object, with",
+           "TRIDENT_BACKGROUND_BUILD=1 and its own fresh build cache, called after Trident's:",
+           "the missing call returns once",
+           "its version is captured; `native after s`: until that version is installed (its C",
+           "compiled and loaded in a thread; calls that miss meanwhile run eagerly)."]
+          if a.background else []), ""]
+    later_ok, later_same, later_bg = [], [], []
     for name, (dynamic, rows) in results.items():
         same = "same" in rows[0]
+        bg = "bg" in rows[0]
         lines += [f"## {name} (dynamic={dynamic})", "",
-                  "| shape | Trident s | less run s | inductor s | eager backend s | "
+                  "| shape | Trident s | less run s | "
+                  + ("background s | native after s | " if bg else "")
+                  + "inductor s | eager backend s | "
                   + ("Dynamo, same fn s | inductor, same fn s | " if same else "")
                   + " | ".join(PHASES) + " |",
-                  "|---|---:|---:|---:|---:|" + ("---:|---:|" if same else "")
-                  + "---:|" * len(PHASES)]
+                  "|---|---:|---:|" + ("---:|---:|" if bg else "") + "---:|---:|"
+                  + ("---:|---:|" if same else "") + "---:|" * len(PHASES)]
         for k, r in enumerate(rows):
             tr = f"{r['trident']:.3f}" + ("" if r["miss"] else " hit")
             ind, eag = _cell(r, "inductor"), _cell(r, "eager")
@@ -368,7 +412,13 @@ def main():
             own = (f"{r['trident'] - r['phases'].get('run', 0.0):.3f}" if "phases" in r
                    else "")
             sm = "".join(_cell(r, k) + " | " for k in ("same", "same_inductor") if same)
-            lines.append(f"| {r['shape']} | {tr} | {own} | {ind} | {eag} | {sm}{ph} |")
+            bgc = (f"{r['bg']:.3f}" + ("" if r["bg_miss"] else " hit") + " | "
+                   + (f"{r['bg_ready']:.3f}" if r["bg_miss"] else "") + " | ") if bg else ""
+            lines.append(f"| {r['shape']} | {tr} | {own} | {bgc}{ind} | {eag} | {sm}{ph} |")
+            if bg and k and r["bg_miss"]:
+                later_bg.append((name, r["shape"], r["bg"], r["bg_ready"],
+                                 r.get("same_inductor") if r.get("same_inductor_recompiled")
+                                 else None, r["inductor"] if r["inductor_recompiled"] else None))
             if k and r["miss"] and r["inductor_recompiled"]:
                 later_ok.append((name, r["shape"], r["trident"], r["inductor"]))
             if k and r["miss"] and r.get("same_inductor_recompiled"):
@@ -393,6 +443,12 @@ def main():
         lines += ["Against torch.compile (inductor) of the same FlagGems function: "
                   + "; ".join(f"{n} {sh}: Trident {t:.3f} s, inductor {i:.3f} s"
                               for n, sh, t, i in later_same) + ".", ""]
+    if later_bg:
+        lines += ["With background builds, later-shape misses (call / native after; inductor on "
+                  "the torch op, and on the same function where it recompiled): "
+                  + "; ".join(f"{n} {sh}: {t:.3f} / {r:.3f} s (inductor {_s(i) if i else '-'}"
+                              + (f", same fn {_s(si)}" if si else "") + ")"
+                              for n, sh, t, r, si, i in later_bg) + ".", ""]
     if grown:
         n = len(grown)
         first, last = grown[1:6], grown[-5:]

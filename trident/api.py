@@ -7,7 +7,7 @@ import inspect
 
 from . import config, introspect, persist
 from .introspect import launch_resolvers
-from .scm import SCM, Options
+from .scm import SCM, Options, wait_all
 
 
 def jit(fn=None, *, strict: bool | None = None, max_versions: int | None = None,
@@ -63,6 +63,15 @@ def explain(f) -> str:
     return introspect.explain(scm) + persist.describe(scm)
 
 
+def wait(f=None, timeout: float | None = None) -> bool:
+    """Wait until `f`'s version compiled in the background (TRIDENT_BACKGROUND_BUILD) is
+    installed, or every function's when `f` is None; at most `timeout` seconds.  Returns
+    whether no build is pending any more.  Without background builds it returns at once."""
+    if f is None:
+        return wait_all(timeout)
+    return _scm_of(f).wait(timeout)
+
+
 def versions(f) -> list:
     """The host-IR versions of `f`, in dispatch order."""
     return list(_scm_of(f).versions)
@@ -85,6 +94,10 @@ def stats(f):
             # "hits", and "key" for a negative entry}
             "eager_paths": eager_paths,
             "compiled_units": list(scm.stats.compiled_units),
+            # TRIDENT_BACKGROUND_BUILD: whether a version is being compiled now, and how
+            # many calls missed meanwhile (they ran eagerly)
+            "building": scm._pending is not None,
+            "eager_while_building": scm.stats.eager_while_building,
             # per version: "disk" (loaded from a record an earlier process persisted) or
             # "captured" (in this process)
             "origins": persist.origins(scm),

@@ -39,6 +39,11 @@ KNOBS = {
              "power-of-two range and gets the power as a constant (see docs/internals.md); "
              "0: Dynamo traces Triton's bit arithmetic (fewer versions where the power stays "
              "symbolic, seconds more per capture)."),
+        Knob("TRIDENT_BACKGROUND_BUILD", "0", "1: a miss returns once its version is "
+             "captured (the capturing call's own result) and the version's C is compiled and "
+             "loaded in a background thread; until it is installed, calls that miss run "
+             "eagerly (see docs/internals.md); trident.wait(f) waits for it.  Strict mode "
+             "always builds at the miss."),
         Knob("TRIDENT_CXX", "", "C++ compiler for the runtime (default: $CXX, then c++)."),
         Knob("TRIDENT_STRICT", "0", "1: raise instead of falling back to eager "
              "(the default for jit(strict=None))."),
@@ -100,6 +105,10 @@ def version_opt() -> str:
 
 def pow2_buckets() -> bool:
     return _get("TRIDENT_POW2_BUCKETS") == "1"
+
+
+def background_build() -> bool:
+    return _get("TRIDENT_BACKGROUND_BUILD") == "1"
 
 
 def cxx_compiler() -> str:

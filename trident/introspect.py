@@ -33,6 +33,11 @@ def explain(scm: SCM) -> str:
            + f", {scm.stats.misses} miss(es), {scm.stats.fallbacks} eager fallback(s)"]
     if scm.fallback_reason:
         out.append(f"  runs eagerly: {scm.fallback_reason}")
+    if scm._pending is not None or scm.stats.eager_while_building:
+        out.append(("  a new version is being compiled in the background"
+                    if scm._pending is not None else "  background builds")
+                   + f" (TRIDENT_BACKGROUND_BUILD): {scm.stats.eager_while_building} call(s) "
+                   "missed while one was compiled and ran eagerly")
     for key, entry in scm.negatives.items():
         out.append(f"  calls with {eager.describe_key(key)} run eagerly without a capture "
                    f"({entry.calls} since): {entry.reason}")

@@ -16,10 +16,12 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
+import os
 import re
 import threading
 import time
 import warnings
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,6 +61,8 @@ class Stats:
     # capturing call's operators and launches, Triton JIT compiles included: what eager
     # runs too), guards, lower, codegen, compile, link, load, persist.  Timed with perf_counter around stages the miss runs anyway: no hit cost.
     miss_phases: list = field(default_factory=list)
+    # calls that missed while a version was built in the background, run eagerly
+    eager_while_building: int = 0
 
 
 class SCM:
@@ -88,6 +92,7 @@ class SCM:
         self._tls = threading.local()
         self._hit_base: list[int] = []  # hits of versions counted by earlier SCMs
         self._phases: dict = {}  # the current miss's phase times (Stats.miss_phases)
+        self._pending: _Build | None = None  # the background build (TRIDENT_BACKGROUND_BUILD)
         self.function = self.rt.Function(fn, self._miss_entry)
         # The globals dict the versions' global guards read: the function's own, or, where
         # Dynamo traces it through a wrap_inline frame (a torch decorator's wrapper), that
@@ -105,6 +110,11 @@ class SCM:
             self._tls.module = None
 
     def miss(self, *args, **kwargs):
+        if self._pending is not None:
+            # A version is being compiled in the background (TRIDENT_BACKGROUND_BUILD): the
+            # call runs eagerly, without the lock the build installs under, uncaptured.
+            self.stats.eager_while_building += 1
+            return self.fn(*args, **kwargs)
         with self.lock:
             # The first miss in this process: the versions an earlier process persisted.
             if persist.restore(self):
@@ -205,6 +215,13 @@ class SCM:
             if cap.pow2_bucketed:
                 version = self._pow2_twin(version)
             t2 = time.perf_counter()
+            if config.background_build() and not self.options.strict:
+                # codegen here (its errors are the miss's); compile and load in a thread
+                versions = self.versions + [version]
+                self._build_later(_Build(versions, self._prepare(versions), cap, key, reason,
+                                         t1 - t0, t2 - t1, self._phases))
+                self._phases = {}
+                return cap.result
             self._install(self.versions + [version])
             t3 = time.perf_counter()
             self.stats.compile_seconds.append(
@@ -297,9 +314,10 @@ class SCM:
         """Add `seconds` to phase `name` of the current miss (Stats.miss_phases)."""
         self._phases[name] = self._phases.get(name, 0.0) + seconds
 
-    def _install(self, versions: list) -> None:
-        # A version's unit depends on that version alone: reuse the text of
-        # those already installed, generate only the new one.
+    def _prepare(self, versions: list) -> tuple:
+        """The C of an SCM of `versions` and its constants tuple: (units, source, consts).
+        A version's unit depends on that version alone: the text of those already
+        installed is reused, only the new one is generated."""
         t0 = time.perf_counter()
         old_units = {id(v): u for v, u in zip(self.versions, self._units)}
         units = [old_units.get(id(v)) or cgen.generate_version(v, config.profile())
@@ -307,10 +325,17 @@ class SCM:
         src = cgen.SCMSource(tuple(units), cgen.generate_dispatcher(versions))
         consts = cgen.consts_tuple(self.globals, _builtins_of(self.globals), versions)
         self._phase("codegen", time.perf_counter() - t0)
+        return units, src, consts
+
+    def _install(self, versions: list, prepared: tuple | None = None, built=None) -> None:
+        """Build (unless `built`: a `build.SCMBuild` of `prepared`), load and install the SCM
+        of `versions`, then persist it."""
+        units, src, consts = prepared if prepared is not None else self._prepare(versions)
         for attempt in (0, 1):
-            built = build.build_scm(src)
-            self._phase("compile", built.compile_s)
-            self._phase("link", built.link_s)
+            if built is None or attempt:
+                built = build.build_scm(src)
+                self._phase("compile", built.compile_s)
+                self._phase("link", built.link_s)
             self.stats.compiled_units += built.compiled
             so = built.so
             t0 = time.perf_counter()
@@ -344,6 +369,68 @@ class SCM:
         t0 = time.perf_counter()
         persist.save(self)  # what a new process needs to serve these versions (never raises)
         self._phase("persist", time.perf_counter() - t0)
+
+    # -- background builds (TRIDENT_BACKGROUND_BUILD) ---------------------------
+    def _build_later(self, job: "_Build") -> None:
+        """Compile, load and install `job`'s SCM in a thread; the miss returns meanwhile.
+        Until it is installed, calls that miss run eagerly (`miss`)."""
+        self._pending = job
+        _building.add(self)
+        thread = threading.Thread(target=self._build_in_background, args=(job,),
+                                  name=f"trident-build:{self.fn.__qualname__}")
+        try:
+            thread.start()
+        except RuntimeError:  # no thread to be had (interpreter shutting down): build here
+            self._build_in_background(job)
+
+    def _build_in_background(self, job: "_Build") -> None:
+        error = built = None
+        t0 = time.perf_counter()
+        try:
+            with _BUILD_SLOTS:  # at most one build per core at a time
+                built = build.build_scm(job.prepared[1])
+        except Exception as e:  # noqa: BLE001 - handled under the lock below, as a miss does
+            error = e
+        with self.lock:
+            try:
+                if self._pending is not job:  # forgotten: a forked child (_forget_builds)
+                    return
+                self._phases = job.phases
+                if built is not None:
+                    self._phase("compile", built.compile_s)
+                    self._phase("link", built.link_s)
+                self._finish_build(job, error, built, t0)
+            finally:
+                self._phases = {}
+                self._pending = None
+                _building.discard(self)
+                job.done.set()
+
+    def _finish_build(self, job: "_Build", error, built, t0: float) -> None:
+        try:
+            if error is not None:
+                raise error
+            if job.versions[:-1] == self.versions:
+                self._install(job.versions, job.prepared, built)
+            else:  # the installed versions changed meanwhile (not expected): build afresh
+                self._install(self.versions + job.versions[-1:])
+            self.stats.compile_seconds.append({"capture": job.t_capture,
+                                               "guards_ir": job.t_guards_ir,
+                                               "build": time.perf_counter() - t0})
+            self.stats.miss_phases.append(self._phases)
+        except BuildError as e:
+            log.error("trident: %s", e)
+            self._refused(_compiler_failed(e), job.cap, job.key, job.reason, job.t_capture)
+        except Exception as e:  # noqa: BLE001 - as in _miss: the path runs eagerly
+            log.exception("trident: internal error while building a version of %s",
+                          self.fn.__qualname__)
+            self._refused(f"internal error: {type(e).__name__}: {e}", job.cap, job.key,
+                          job.reason, job.t_capture)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for a background build of this function; whether none is pending now."""
+        job = self._pending
+        return job is None or job.done.wait(timeout)
 
     @property
     def c_source(self) -> str | None:
@@ -480,6 +567,50 @@ class SCM:
                 parts.append(text)
         return "; ".join(parts) or "no version matched"
 
+
+
+@dataclass(eq=False)
+class _Build:
+    """A captured version whose SCM is compiled in the background (SCM._build_later)."""
+    versions: list  # the SCM's versions, the new one last
+    prepared: tuple  # SCM._prepare(versions)
+    cap: object  # the capture (for _refused, if the build fails)
+    key: object  # the call key (likewise)
+    reason: str
+    t_capture: float
+    t_guards_ir: float
+    phases: dict  # the miss's phases so far (Stats.miss_phases)
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+# SCMs with a background build in flight, and how many such builds run at once.
+_building: "weakref.WeakSet[SCM]" = weakref.WeakSet()
+_BUILD_SLOTS = threading.BoundedSemaphore(max(1, os.cpu_count() or 1))
+
+
+def wait_all(timeout: float | None = None) -> bool:
+    """Wait for every function's background build; whether none is pending now."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for scm in list(_building):
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not scm.wait(left):
+            return False
+    return True
+
+
+def _forget_builds() -> None:
+    """In a forked child: the threads building SCMs did not come along.  Their versions are
+    dropped (the next miss captures again) and the locks they may have held made anew."""
+    global _BUILD_SLOTS
+    for scm in list(_building):
+        scm.lock = threading.RLock()
+        scm._pending = None
+    _building.clear()
+    _BUILD_SLOTS = threading.BoundedSemaphore(max(1, os.cpu_count() or 1))
+    build.after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_forget_builds)
 
 
 def _compiler_failed(e: BuildError) -> str:

@@ -167,3 +167,33 @@ def test_shape_error_matches_eager():
     g(torch.randn(2, 3, device=DEV), torch.randn(3, 5, device=DEV))
     with pytest.raises(type(eager_exc.value)):
         g(torch.randn(2, 3, device=DEV), torch.randn(4, 5, device=DEV))
+
+
+def test_background_build_serves_triton_launches_after_eager_calls():
+    """TRIDENT_BACKGROUND_BUILD: the capturing call and the calls while the version compiles
+    (eager, one on a side stream) match eager; then the version launches natively from the
+    build thread's loaded SCM (the CUBIN is loaded in the calling thread)."""
+    from trident import config
+
+    def fn(x, w):
+        return rms_norm(x, w) * 2
+
+    with config.scope(TRIDENT_BACKGROUND_BUILD="1"):
+        f = trident.jit(fn)
+        w = torch.randn(256, device=DEV)
+        for rows in (8, 8, 8):
+            x = torch.randn(rows, 256, device=DEV)
+            torch.testing.assert_close(f(x, w), fn(x, w))
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            x = torch.randn(8, 256, device=DEV)
+            got = f(x, w)
+            side.synchronize()
+            torch.testing.assert_close(got, fn(x, w))
+        assert trident.wait(f, timeout=120)
+        for rows in (8, 8):
+            x = torch.randn(rows, 256, device=DEV)
+            torch.testing.assert_close(f(x, w), fn(x, w))
+        st = trident.stats(f)
+        assert st["versions"] == 1 and not st["building"]
+        assert st["hits"][0] >= 2 and st["eager_while_building"] + st["hits"][0] == 5

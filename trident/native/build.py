@@ -353,6 +353,12 @@ def _warn_rebuilt(out_dir: Path, why: str) -> None:
 # -- building ---------------------------------------------------------------------------------
 
 
+def after_fork_in_child() -> None:
+    """In a forked child: the lock a building thread of the parent may have held, anew."""
+    global _state
+    _state = threading.RLock()
+
+
 def _build(kind: str, files: dict, cmd_for, what: str, suffix: str = ".so",
            speedup=None) -> tuple[Path, bool]:
     """Build `files` ({name: text}; the first is compiled with the others
