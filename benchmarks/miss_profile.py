@@ -269,15 +269,39 @@ def run_case(a, torch, trident, name, maker, dynamic, inputs):
         print(f"{name} {shape}: trident {row['trident']:.3f} s"
               f"{'' if row['miss'] else ' (hit)'}"
               + (f", background {row['bg']:.3f} s (native after {row['bg_ready']:.3f} s)"
-                 if tb is not None else "") + ", inductor {_s(row['inductor'])} s, "
+                 if tb is not None else "") + f", inductor {_s(row['inductor'])} s, "
               f"eager backend {_s(row['eager'])} s", flush=True)
     text = trident.explain(tf)
     if a.explain:
         print(text, flush=True)
+    _why_not_twins(name, trident.versions(tf))
     rows[-1]["versions"] = trident.stats(tf)["versions"]
     rows[-1]["pow2"] = (text.count("taken as its power-of-two range"),
                         "keep next_power_of_2 symbolic" in text)
     return rows
+
+
+def _why_not_twins(name, versions) -> None:
+    """Print what differs between consecutive power-of-two-range versions that did not count
+    as twins (the buckets then stay; docs/internals.md)."""
+    from trident import scm
+
+    buckets = [v for v in versions if scm._POW2_NOTE in v.notes]
+    for a, b in zip(buckets, buckets[1:]):
+        if any(n.startswith(scm._POW2_SYMBOLIC) for n in b.notes):
+            return
+        diff = [k for k in ("program", "output", "nslots", "run_mode", "env")
+                if getattr(a, k) != getattr(b, k)]
+        ga = [g for g in a.guards if not isinstance(g, scm.ir.ShapeGuard)]
+        gb = [g for g in b.guards if not isinstance(g, scm.ir.ShapeGuard)]
+        if ga != gb:
+            diff.append("guards: " + "; ".join(f"{x} | {y}" for x, y in zip(ga, gb) if x != y)
+                        + (f" (counts {len(ga)} / {len(gb)})" if len(ga) != len(gb) else ""))
+        if "program" in diff:
+            diff += [f"instruction {i}: {x} | {y}" for i, (x, y)
+                     in enumerate(zip(a.program, b.program)) if x != y][:3]
+        print(f"{name}: versions {a.index} and {b.index} (power-of-two ranges) differ in: "
+              + ("; ".join(diff) or "their CUBINs"), flush=True)
 
 
 _PROFILES: dict = {}  # case name -> cProfile.Profile of its Trident calls (--profile)
@@ -364,6 +388,9 @@ def main():
     for name, maker, dynamic, inputs in cases(a, torch):
         if keep and name not in keep:
             continue
+        torch._dynamo.reset()  # each case from a clean Dynamo: FlagGems' operators share
+        # code objects (PointwiseDynamicFunction.__call__), whose frames otherwise reach
+        # Dynamo's recompile limit in a later case, which torch.compile then runs eagerly
         results[name] = (dynamic, run_case(a, torch, trident, name, maker, dynamic, inputs))
     if _PROFILES:
         _write_profiles(Path(a.profile_out))
