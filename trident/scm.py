@@ -13,6 +13,7 @@ file.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import inspect
 import logging
@@ -632,12 +633,15 @@ _POW2_SYMBOLIC = "later captures keep next_power_of_2 symbolic"
 
 def _same_but_sizes(a: ir.Version, b: ir.Version) -> bool:
     """Whether two versions differ only in their shape guards (the range of a size): the same
-    other guards, the same instructions and result, and the same CUBIN at each launch."""
-    if (a.program, a.output, a.nslots, a.run_mode, a.env) != \
-            (b.program, b.output, b.nslots, b.run_mode, b.env):
+    other guards, in any order (Dynamo lists a capture's guards in no fixed order), the same
+    instructions and result, and the same CUBIN at each launch.  The environment block is
+    made from the guards, so it is not compared: its rows follow their order.  (The answer
+    only decides how later captures trace `next_power_of_2`; every version keeps its own
+    guards.)"""
+    if (a.program, a.output, a.nslots, a.run_mode) != (b.program, b.output, b.nslots, b.run_mode):
         return False
-    if [g for g in a.guards if not isinstance(g, ir.ShapeGuard)] != \
-            [g for g in b.guards if not isinstance(g, ir.ShapeGuard)]:
+    if collections.Counter(str(g) for g in a.guards if not isinstance(g, ir.ShapeGuard)) != \
+            collections.Counter(str(g) for g in b.guards if not isinstance(g, ir.ShapeGuard)):
         return False
     for ins in a.program:
         if isinstance(ins, ir.TritonLaunch):

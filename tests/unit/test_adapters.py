@@ -4,6 +4,8 @@ which logs."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import logging
 import sys
 import types
@@ -457,6 +459,31 @@ def test_pow2_buckets_give_way_to_one_symbolic_version(h, monkeypatch, fn):
     else:
         assert st["versions"] == len(sizes) and st["hits"] == [0] * len(sizes), st
         assert not said
+
+
+def test_twins_ignore_the_order_of_their_guards(h, monkeypatch):
+    """Dynamo lists a capture's guards in no fixed order (FlagGems add on the H100: two range
+    versions listed the same two global guards swapped, and stayed apart).  Two versions
+    whose guards other than size ranges are the same, in any order, are twins; one guard
+    less or different is not."""
+    from trident import scm
+    from trident.capture import adapters
+    from trident.ir import nodes as ir
+
+    monkeypatch.setattr(adapters, "_POW2_FUNCS",
+                        {*adapters._POW2_FUNCS, (__name__, "next_power_of_2")})
+    monkeypatch.delenv("TRIDENT_POW2_BUCKETS", raising=False)
+    fn = h.fresh(_tile_capped)
+    f = trident.jit(fn, dynamic=True)
+    h.check(f, fn, h.rand(2, 100))
+    (v,) = trident.versions(f)
+    others = [k for k, g in enumerate(v.guards) if not isinstance(g, ir.ShapeGuard)]
+    assert len(others) >= 2
+    swapped = list(v.guards)
+    swapped[others[0]], swapped[others[-1]] = swapped[others[-1]], swapped[others[0]]
+    assert scm._same_but_sizes(v, dataclasses.replace(v, guards=tuple(swapped)))
+    fewer = tuple(g for k, g in enumerate(v.guards) if k != others[0])
+    assert not scm._same_but_sizes(v, dataclasses.replace(v, guards=fewer))
 
 
 def _pow2_of_a_tensor(x):
