@@ -178,3 +178,62 @@ def test_forked_child_forgets_the_parents_build(h, background, gate):
     assert trident.wait(f, timeout=120)
     h.check(f, _fn, x, w)
     assert trident.stats(f)["hits"] == [1]
+
+
+_MODULE = '''
+import torch
+import trident
+
+
+@trident.jit
+def g(x):
+    return torch.relu(x) * 3 + x.sum()
+'''
+
+_DRIVER = '''
+import json, sys
+import torch
+import trident
+from bgmod import g
+
+x = torch.randn(4, 3)
+torch.testing.assert_close(g(x), torch.relu(x) * 3 + x.sum())
+if sys.argv[1] == "b":
+    for _ in range(2):
+        g(torch.randn(4, 3))
+st = trident.stats(g)
+print(json.dumps({"captures": st["captures"], "origins": st["origins"], "hits": st["hits"],
+                  "building": st["building"]}))
+'''  # process a exits right after its capturing call, its build still running
+
+
+def test_exit_during_a_background_build_keeps_the_version(tmp_path):
+    """A process that exits while its version is built in the background waits for the build
+    (a non-daemon thread), which persists it: the next process serves the call from disk."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "bgmod.py").write_text(_MODULE)
+    (tmp_path / "driver.py").write_text(_DRIVER)
+    root = tmp_path / "cache"
+    (root / "runtime").mkdir(mode=0o700, parents=True)
+    root.chmod(0o700)
+    rt = Path(build.runtime_module().__file__).parent
+    shutil.copytree(rt, root / "runtime" / rt.name)
+    env = {k: v for k, v in os.environ.items() if k != "TRIDENT_CACHE"}
+    env.update(TRIDENT_BACKGROUND_BUILD="1", TRIDENT_CACHE_DIR=str(root),
+               PYTHONPATH=os.pathsep.join([str(tmp_path), str(Path(trident.__file__).parent.parent)]))
+
+    def run(which):
+        proc = subprocess.run([sys.executable, str(tmp_path / "driver.py"), which], env=env,
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    a = run("a")
+    assert a["captures"] == 1 and a["building"], a  # it exited with the build pending
+    b = run("b")
+    assert b["captures"] == 0 and b["origins"] == ["disk"] and sum(b["hits"]) >= 2, b
