@@ -216,7 +216,7 @@ def run_case(a, torch, trident, name, maker, dynamic, inputs):
         row = {"shape": shape}
         misses = trident.stats(tf)["misses"]
         sync(torch, a.device)
-        prof = _PROFILES.get(name)
+        prof = _PROFILES.get(name) or _PROFILES.get(f"{name}@{shape}")
         t = time.perf_counter()
         if prof is not None:
             prof.enable()
@@ -338,7 +338,8 @@ def main():
                     help="comma-separated case names to run (default: all), e.g. "
                          "flaggems_add,flaggems_cumsum")
     ap.add_argument("--profile", default="",
-                    help="comma-separated case names whose Trident calls run under cProfile")
+                    help="comma-separated case names whose Trident calls run under cProfile "
+                         "(case@shape: that call only, e.g. flaggems_add@256x4096)")
     ap.add_argument("--profile-out", default="miss_profile.prof.txt",
                     help="where the --profile report goes (cumulative and own time)")
     ap.add_argument("--explain", action="store_true",
