@@ -486,6 +486,59 @@ def test_twins_ignore_the_order_of_their_guards(h, monkeypatch):
     assert not scm._same_but_sizes(v, dataclasses.replace(v, guards=fewer))
 
 
+def heuristics_for_tile_size(max_tile_size, *sizes):
+    """A library's tile-size rule (FlagGems' shape_utils has one like it): from the last size,
+    min(cap, next power of two), the cap then divided by the tile."""
+    tiles = []
+    for size in reversed(sizes):
+        tile = min(max_tile_size, next_power_of_2(size))
+        tiles.insert(0, tile)
+        max_tile_size = max(1, max_tile_size // tile)
+    return tuple(tiles)
+
+
+def _tile_rule_other(max_tile_size, *sizes):
+    return tuple(min(max_tile_size, next_power_of_2(n)) for n in sizes)
+
+
+def _pointwise_tiles(x):
+    (tile,) = heuristics_for_tile_size(512, x.numel())
+    rows, cols = heuristics_for_tile_size(64, *x.shape)
+    return (x * 2).sum(-1) + tile + rows * 1000 + cols
+
+
+def test_capped_tile_rule_is_one_version_past_its_cap(h, monkeypatch):
+    """A registered tile-size rule (`adapters._CAPPED_POW2_FUNCS`) that gives the polyfill's
+    tiles on a sample is traced as the polyfill: where min(cap, next_power_of_2(size))
+    reaches the cap, one guard on the size (not its power-of-two range) keeps the version, so
+    every larger size hits it; smaller sizes get a version per range.  A rule that differs
+    on the sample is traced as it is."""
+    from trident.capture import adapters
+
+    monkeypatch.setattr(adapters, "_CAPPED_POW2_FUNCS",
+                        {**adapters._CAPPED_POW2_FUNCS,
+                         (__name__, "heuristics_for_tile_size"): adapters._tile_sizes,
+                         (__name__, "_tile_rule_other"): adapters._tile_sizes})
+    # the stand-in next_power_of_2 by ranges too: without the tile rule's polyfill, each
+    # range of the sizes would be a version of its own
+    monkeypatch.setattr(adapters, "_POW2_FUNCS",
+                        {*adapters._POW2_FUNCS, (__name__, "next_power_of_2")})
+    assert adapters._verified_polyfill(heuristics_for_tile_size) is adapters._tile_sizes
+    assert adapters._verified_polyfill(_tile_rule_other) is None
+    monkeypatch.delenv("TRIDENT_POW2_BUCKETS", raising=False)  # the default: on
+    fn = h.fresh(_pointwise_tiles)
+    f = trident.jit(fn, dynamic=True)
+    for rows, cols in ((16, 100), (64, 130), (256, 1000), (1024, 70), (5, 333)):
+        h.check(f, fn, h.rand(rows, cols))  # numel > 256, cols > 32: tile 512, cols 64
+    st = trident.stats(f)
+    assert st["versions"] == 1 and st["hits"] == [4] and st["fallbacks"] == 0, st
+    for rows, cols in ((2, 20), (3, 20), (1, 7)):  # below the caps: their own ranges
+        h.check(f, fn, h.rand(rows, cols))
+    assert trident.stats(f)["versions"] > 1
+    h.check(f, fn, h.rand(700, 90))
+    assert trident.stats(f)["hits"][0] == 5
+
+
 def _pow2_of_a_tensor(x):
     return x * next_power_of_2(x.shape[-1]) + next_power_of_2((x > 0).sum())
 

@@ -78,6 +78,7 @@ import logging
 import math
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -434,19 +435,114 @@ def _next_power_of_2(n):
     return 1 << lo
 
 
+def _tile_sizes(max_tile_size, *sizes):
+    """A tile per size, from the last: `min(cap, next_power_of_2(size))`, the cap then divided
+    by the tile (FlagGems' `heuristics_for_tile_size`, as `_CAPPED_POW2_FUNCS` verifies),
+    traced cheaply (TRIDENT_POW2_BUCKETS=1).  Where the power reaches the cap, the tile is
+    the cap for every larger size: one guard (`size > q/2`, q the cap's power of two) instead
+    of a power-of-two range, so a version serves all sizes past the cap (FlagGems' pointwise
+    operators: a flattened size above 256).  Below it, the range of `_next_power_of_2`
+    (binary search over the exponent).  Anything but ints takes Triton's arithmetic.  No
+    globals, no defaults (see _next_power_of_2)."""
+    ndim = len(sizes)
+    tiles = [0] * ndim
+    for i in range(ndim - 1, -1, -1):
+        n = sizes[i]
+        cap = max_tile_size
+        if isinstance(n, int) and isinstance(cap, int) and 1 <= cap <= 4611686018427387904 \
+                and n <= 4611686018427387904:
+            e = 0
+            while (1 << e) < cap:
+                e += 1
+            if n > (1 << e) >> 1:
+                tile = cap  # next_power_of_2(n) >= 2**e >= cap
+            elif n <= 1:
+                tile = 0 if n <= 0 else 1
+            else:  # 1 < n <= 2**(e-1) < cap: the power itself, by its range
+                lo = 1
+                hi = e - 1
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if n <= (1 << mid):
+                        hi = mid
+                    else:
+                        lo = mid + 1
+                tile = 1 << lo
+        else:
+            p = n - 1
+            p |= p >> 1
+            p |= p >> 2
+            p |= p >> 4
+            p |= p >> 8
+            p |= p >> 16
+            p |= p >> 32
+            tile = min(cap, p + 1)
+        tiles[i] = tile
+        max_tile_size = max(1, max_tile_size // tile)
+    return tuple(tiles)
+
+
+# Functions that are `_tile_sizes`, by (module, qualified name).  A function found under such
+# a name is taken as that only if it gives the same tiles on a sample of caps and sizes
+# (`_verified_polyfill`): a library that changed its heuristic is traced as it is.
+_CAPPED_POW2_FUNCS: dict = {("flag_gems.utils.shape_utils", "heuristics_for_tile_size"):
+                            _tile_sizes}
+_polyfill_verdicts: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _verified_polyfill(value):
+    """The polyfill of `value` from _CAPPED_POW2_FUNCS, if its results match `value`'s."""
+    try:
+        key = (getattr(value, "__module__", None), getattr(value, "__qualname__", None))
+        poly = _CAPPED_POW2_FUNCS.get(key)
+    except Exception:  # noqa: BLE001 - an object whose attributes raise is not one
+        return None
+    if poly is None or not callable(value):
+        return None
+    try:
+        ok = _polyfill_verdicts.get(value)
+    except TypeError:  # not weak-referenceable
+        return None
+    if ok is None:
+        ok = _same_tiles(value, poly)
+        _polyfill_verdicts[value] = ok
+    return poly if ok else None
+
+
+_SAMPLE_CAPS = (1, 2, 3, 64, 100, 512, 1024, 4096)
+_SAMPLE_SIZES = (0, 1, 2, 3, 5, 63, 64, 65, 100, 255, 256, 257, 511, 512, 513, 1000, 4096,
+                 65537, 10 ** 6, 2 ** 40 + 1)
+
+
+def _same_tiles(real, poly) -> bool:
+    small = (1, 3, 64, 100, 513, 4096)
+    shapes = [(n,) for n in _SAMPLE_SIZES] + [(a, b) for a in small for b in small] + \
+        [(2, 3, 5), (7, 1, 300), (1000, 1, 1)]
+    def outcome(fn, cap, shape):
+        try:
+            return fn(cap, *shape)
+        except Exception as e:  # noqa: BLE001 - a size 0 divides by a tile of 0 in both
+            return type(e)
+
+    return all(outcome(real, cap, shape) == outcome(poly, cap, shape)
+               for cap in _SAMPLE_CAPS for shape in shapes)
+
+
 def _wrap_pow2(orig):
     def _wrap(self, value):
-        if self.source is not None and _is_pow2_func(value):
-            from .. import config
+        if self.source is not None:
+            poly = _next_power_of_2 if _is_pow2_func(value) else _verified_polyfill(value)
+            if poly is not None:
+                from .. import config
 
-            state = _current().state
-            if config.pow2_buckets() and state.pow2_buckets:
-                state.pow2_bucketed = True
-                from torch._dynamo.guards import GuardBuilder
-                from torch._dynamo.variables.functions import UserFunctionVariable
+                state = _current().state
+                if config.pow2_buckets() and state.pow2_buckets:
+                    state.pow2_bucketed = True
+                    from torch._dynamo.guards import GuardBuilder
+                    from torch._dynamo.variables.functions import UserFunctionVariable
 
-                self.install_guards(GuardBuilder.ID_MATCH)  # on the real function
-                return UserFunctionVariable(_next_power_of_2)
+                    self.install_guards(GuardBuilder.ID_MATCH)  # on the real function
+                    return UserFunctionVariable(poly)
         return orig(self, value)
 
     return _wrap
