@@ -111,26 +111,32 @@ class SCM:
             self._tls.module = None
 
     def miss(self, *args, **kwargs):
-        if self._pending is not None:
-            # A version is being compiled in the background (TRIDENT_BACKGROUND_BUILD): the
-            # call runs eagerly, without the lock the build installs under, uncaptured.
-            self.stats.eager_while_building += 1
-            return self.fn(*args, **kwargs)
-        with self.lock:
-            # The first miss in this process: the versions an earlier process persisted.
-            if persist.restore(self):
-                self._restored_miss_eager = True
+        if self._pending is None:
+            with self.lock:
+                # (again: another thread's miss may have started a build while this one
+                # waited for the lock)
+                if self._pending is None:
+                    return self._miss_locked(args, kwargs)
+        # A version is being compiled in the background (TRIDENT_BACKGROUND_BUILD): the call
+        # runs eagerly, uncaptured, without the lock the build installs under.
+        self.stats.eager_while_building += 1
+        return self.fn(*args, **kwargs)
+
+    def _miss_locked(self, args, kwargs):
+        # The first miss in this process: the versions an earlier process persisted.
+        if persist.restore(self):
+            self._restored_miss_eager = True
+            return self.function(*args, **kwargs)
+        # Another thread may have installed a version serving this call
+        # while this one waited for the lock: try the SCM once more.
+        if self.versions and not getattr(self._tls, "retrying", False) \
+                and self.function._module is not self._tls_module():
+            self._tls.retrying = True
+            try:
                 return self.function(*args, **kwargs)
-            # Another thread may have installed a version serving this call
-            # while this one waited for the lock: try the SCM once more.
-            if self.versions and not getattr(self._tls, "retrying", False) \
-                    and self.function._module is not self._tls_module():
-                self._tls.retrying = True
-                try:
-                    return self.function(*args, **kwargs)
-                finally:
-                    self._tls.retrying = False
-            return self._miss(args, kwargs)
+            finally:
+                self._tls.retrying = False
+        return self._miss(args, kwargs)
 
     def _tls_module(self):
         return getattr(self._tls, "module", None)
@@ -393,9 +399,10 @@ class SCM:
         except Exception as e:  # noqa: BLE001 - handled under the lock below, as a miss does
             error = e
         with self.lock:
+            if self._pending is not job:  # forgotten: a forked child (_forget_builds)
+                job.done.set()
+                return
             try:
-                if self._pending is not job:  # forgotten: a forked child (_forget_builds)
-                    return
                 self._phases = job.phases
                 if built is not None:
                     self._phase("compile", built.compile_s)

@@ -71,6 +71,35 @@ def test_miss_returns_before_the_build_then_hits(h, background, gate):
     assert trident.stats(f)["hits"] == [1, 1]
 
 
+def test_a_miss_that_waited_for_the_lock_does_not_capture_while_building(h, background, gate):
+    """A call that reached the miss handler before another thread's miss started a build,
+    and waited for the lock meanwhile, runs eagerly: a second capture would replace the
+    pending build, whose thread would then drop it."""
+    f = trident.jit(h.fresh(_fn), dynamic=False)
+    scm = f._trident_scm
+    out = {}
+    xb, wb = torch.randn(2, 3), torch.randn(3, 4)
+
+    def other():
+        out["b"] = f(xb, wb)
+
+    with scm.lock:  # thread b passes the first pending check, then waits here
+        t = threading.Thread(target=other)
+        t.start()
+        time.sleep(0.3)
+        h.check(f, _fn, torch.randn(5, 3), torch.randn(3, 4))  # captures, starts the build
+        assert trident.stats(f)["building"]
+    t.join(timeout=60)
+    assert not t.is_alive()
+    torch.testing.assert_close(out["b"], _fn(xb, wb))
+    st = trident.stats(f)
+    assert st["captures"] == 1 and st["eager_while_building"] == 1, st
+    gate.set()
+    assert trident.wait(f, timeout=120)
+    h.check(f, _fn, torch.randn(5, 3), torch.randn(3, 4))
+    assert trident.stats(f)["hits"] == [1] and trident.stats(f)["versions"] == 1
+
+
 def test_build_failure_in_the_background_runs_the_path_eagerly(h, background, monkeypatch,
                                                                 record_warnings):
     real = build.build_scm

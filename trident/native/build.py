@@ -353,6 +353,31 @@ def _warn_rebuilt(out_dir: Path, why: str) -> None:
 # -- building ---------------------------------------------------------------------------------
 
 
+def _submit(ex, fn, *args):
+    """`ex.submit(fn, *args)`; once the interpreter is shutting down (a background build that
+    a process's exit waits for: concurrent.futures then refuses new work), `fn` runs here and
+    its outcome is the future's."""
+    from concurrent.futures import Future
+
+    try:
+        return ex.submit(fn, *args)
+    except RuntimeError:
+        if not sys.is_finalizing() and not _executors_shut_down():
+            raise
+    f = Future()
+    try:
+        f.set_result(fn(*args))
+    except BaseException as e:  # noqa: BLE001 - the future carries it, as ex.submit's would
+        f.set_exception(e)
+    return f
+
+
+def _executors_shut_down() -> bool:
+    from concurrent.futures import thread
+
+    return bool(getattr(thread, "_shutdown", False))
+
+
 def after_fork_in_child() -> None:
     """In a forked child: the lock a building thread of the parent may have held, anew."""
     global _state
@@ -465,7 +490,7 @@ def _compile_steps(tmp: Path, cmds: list, what: str, name: str) -> tuple:
             raise BuildError(what, c, f"{type(e).__name__}: {e}") from e
 
     with ThreadPoolExecutor(max_workers=max(1, min(len(cmds) - 1, os.cpu_count() or 1))) as ex:
-        done = list(ex.map(run, cmds[:-1]))
+        done = [f.result() for f in [_submit(ex, run, c) for c in cmds[:-1]]]
     done.append(run(cmds[-1]) if all(p.returncode == 0 for _, p in done) else (None, None))
     log = "".join(p.stdout + p.stderr for _, p in done if p is not None)
     (tmp / "build.log").write_text(log)
@@ -838,7 +863,7 @@ def build_scm(src) -> SCMBuild:
                       "compiling an SCM's dispatcher", suffix=".o")
 
     with ThreadPoolExecutor(max_workers=1) as ex:
-        pending = ex.submit(dispatcher)
+        pending = _submit(ex, dispatcher)
         try:
             for name, text in units:
                 opt = "-O2" if name == "scm_main.c" else version_opt(text)
