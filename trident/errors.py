@@ -29,3 +29,19 @@ class BuildError(TridentError):
 
 class RecompileError(TridentError):
     """A specialization miss happened while TRIDENT_ASSERT_NO_RECOMPILE=1."""
+
+
+_PACKAGE_DIR = __file__.rsplit("/", 1)[0].rsplit("\\", 1)[0]
+
+
+def user_stacklevel() -> int:
+    """The `stacklevel` for a warning issued by the caller of this function that points
+    at the first frame outside the trident package (the user's call), however many of
+    Trident's frames lie between (as pandas' find_stack_level)."""
+    import sys
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    return level

@@ -31,7 +31,7 @@ import torch
 from . import config, eager, introspect, persist
 from .capture.dynamo import capture
 from .codegen import c as cgen
-from .errors import BuildError, CaptureError, RecompileError, UnsupportedError
+from .errors import BuildError, CaptureError, RecompileError, UnsupportedError, user_stacklevel
 from .guards.translate import ConstPool, SourceConverter, dynamo_wrapped, translate
 from .ir import nodes as ir
 from .ir import passes
@@ -482,7 +482,7 @@ class SCM:
             self._phases = {}
             self._eager_keys.add(key)
         except _FunctionWide as e:
-            self._fall_back(str(e), None, None, stacklevel=6)
+            self._fall_back(str(e), None, None)
             return
         except UnsupportedError as e:
             # The path's guards cannot serve natively: calls with this key run eagerly.
@@ -494,21 +494,21 @@ class SCM:
                 return  # warned if its capture fails again
         except BuildError as e:
             log.error("trident: %s", e)
-            self._fall_back(_compiler_failed(e), None, None, stacklevel=6)
+            self._fall_back(_compiler_failed(e), None, None)
             return
         except Exception as e:  # noqa: BLE001 - as in _miss: the call still runs eagerly
             log.exception("trident: internal error while building an eager version of %s",
                           self.fn.__qualname__)
-            self._fall_back(f"internal error: {type(e).__name__}: {e}", None, None,
-                            stacklevel=6)
+            self._fall_back(f"internal error: {type(e).__name__}: {e}", None, None)
             return
         said = re.sub(r"\d+", "N", why)  # a path's reason again, for another size or length
         if said not in self._warned:
             self._warned.add(said)
             warnings.warn(f"trident.jit({self.fn.__qualname__}): this path runs eagerly "
-                          f"(other paths stay native): {why}", RuntimeWarning, stacklevel=5)
+                          f"(other paths stay native): {why}", RuntimeWarning,
+                          stacklevel=user_stacklevel())
 
-    def _fall_back(self, reason: str, args, kwargs, result=None, stacklevel: int = 5):
+    def _fall_back(self, reason: str, args, kwargs, result=None):
         """The whole function runs eagerly from now on (a function-wide reason)."""
         if self.options.strict:  # TRIDENT_STRICT was folded in by jit()
             raise UnsupportedError(f"trident.jit({self.fn.__qualname__}): {reason}")
@@ -516,7 +516,7 @@ class SCM:
         if self.fallback_reason is None:
             self.fallback_reason = reason
             warnings.warn(f"trident.jit({self.fn.__qualname__}) runs eagerly from now on: "
-                          f"{reason}", RuntimeWarning, stacklevel=stacklevel)
+                          f"{reason}", RuntimeWarning, stacklevel=user_stacklevel())
             old = self.function._module
             if old is not None:  # keep the hit counts of the versions that served
                 for i, (hits, _) in enumerate(old.stats()):
@@ -540,7 +540,7 @@ class SCM:
         if not self._warned_mode:
             self._warned_mode = True
             warnings.warn(f"trident.jit({self.fn.__qualname__}): {reason}: calls under it run "
-                          "eagerly", RuntimeWarning, stacklevel=5)
+                          "eagerly", RuntimeWarning, stacklevel=user_stacklevel())
         return self.fn(*args, **kwargs)
 
     def hits(self) -> list[int]:

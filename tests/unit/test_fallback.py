@@ -185,8 +185,11 @@ def test_disable_env_returns_the_function_itself():
         assert trident.jit(fn) is fn
 
 
-def test_warning_points_at_the_caller(h):
-    f = trident.jit(_data_dependent_branch)
+@pytest.mark.parametrize("fn", [_data_dependent_branch, _with_print])
+def test_warning_points_at_the_caller(h, fn):
+    # A path that runs eagerly, and a function that does: both warnings name the user's
+    # call (computed by walking out of the package, not a fixed stack depth).
+    f = trident.jit(h.fresh(fn))
     with warnings.catch_warnings(record=True) as rec:
         warnings.simplefilter("always")
         f(torch.randn(3))
@@ -214,7 +217,9 @@ def test_a_failing_c_compiler_falls_back_with_the_call_result(h, monkeypatch):
         warnings.simplefilter("always")
         torch.testing.assert_close(f(x), fn(x))
         torch.testing.assert_close(f(x), fn(x))
-    assert sum(issubclass(i.category, RuntimeWarning) for i in w) == 1
+    warns = [i for i in w if issubclass(i.category, RuntimeWarning)]
+    assert len(warns) == 1
+    assert warns[0].filename == __file__  # the call, not Trident's frames
     g = trident.jit(h.fresh(fn), strict=True)
     with pytest.raises(trident.BuildError):
         g(x)

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import config
-from ..errors import BuildError
+from ..errors import BuildError, user_stacklevel
 
 _log = logging.getLogger("trident")
 RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
@@ -122,7 +122,7 @@ def _trusted_root(root: Path) -> Path:
     atexit.register(shutil.rmtree, private, True)
     warnings.warn(f"trident: not loading builds from the cache {root}: {problem}; this process "
                   f"builds in the private temporary folder {private} instead "
-                  "(see docs/cache.md)", RuntimeWarning, stacklevel=3)
+                  "(see docs/cache.md)", RuntimeWarning, stacklevel=user_stacklevel())
     return private
 
 
@@ -347,7 +347,8 @@ def _warn_rebuilt(out_dir: Path, why: str) -> None:
         if out_dir in _warned:
             return
         _warned.add(out_dir)
-    warnings.warn(f"trident: rebuilt {out_dir}: {why}", RuntimeWarning, stacklevel=4)
+    warnings.warn(f"trident: rebuilt {out_dir}: {why}", RuntimeWarning,
+                  stacklevel=user_stacklevel())
 
 
 # -- building ---------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import config
+from ..errors import user_stacklevel
 from ..ir import nodes as ir
 from ..native import build
 from .consts import (BY_NAME, Ctx, NoName, Pending, Unresolved, decode, decode_at, encode,
@@ -248,7 +249,7 @@ def _warn(scm, st: _State, text: str) -> None:
     if not st.warned:
         st.warned = True
         warnings.warn(f"trident.jit({scm.fn.__qualname__}): {text}", RuntimeWarning,
-                      stacklevel=4)
+                      stacklevel=user_stacklevel())
 
 
 def _read(scm, st: _State, key: str):
