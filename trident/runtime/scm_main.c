@@ -15,6 +15,274 @@ _Static_assert(TRT_SCM_MISS == TRT_MISS, "scm_dispatch.h disagrees with trident_
 
 static const trt_api *api;
 
+/* ---- the guard helpers scm_prelude.h declares ------------------------------ */
+
+PyObject *trt_load_global(PyObject *globals, PyObject *builtins, PyObject *name) {
+  PyObject *v = PyDict_GetItemWithError(globals, name);
+  if (!v) {
+    if (PyErr_Occurred()) { trt_guard_clear(); return NULL; }
+    v = PyDict_GetItemWithError(builtins, name);
+    if (!v) { trt_guard_clear(); return NULL; }
+  }
+  Py_INCREF(v);
+  return v;
+}
+
+PyObject *trt_getattr(PyObject *o, PyObject *name) {
+  if (!o) return NULL;
+  if (PyModule_CheckExact(o) && PyUnicode_READ_CHAR(name, 0) != '_') {
+    /* A plain module attribute lives in the module's dict: one lookup instead
+       of getattr's type-MRO walk.  Absent there, take the full path (module
+       __getattr__). */
+    PyObject *d = PyModule_GetDict(o);
+    PyObject *v = d ? PyDict_GetItemWithError(d, name) : NULL;
+    if (v) { Py_INCREF(v); return v; }
+    if (PyErr_Occurred()) trt_guard_clear();
+  }
+  PyObject *v = PyObject_GetAttr(o, name);
+  if (!v) trt_guard_clear();
+  return v;
+}
+
+PyObject *trt_getitem_obj(PyObject *o, PyObject *key) {
+  if (!o) return NULL;
+  PyObject *v;
+  if (PyDict_CheckExact(o)) {
+    v = PyDict_GetItemWithError(o, key);
+    if (!v) { trt_guard_clear(); return NULL; }
+    Py_INCREF(v);
+    return v;
+  }
+  v = PyObject_GetItem(o, key);
+  if (!v) trt_guard_clear();
+  return v;
+}
+
+PyObject *trt_dict_item(PyObject *d, PyObject *key) {
+  if (!d || !PyDict_Check(d)) return NULL;
+  PyObject *v = PyDict_GetItemWithError(d, key);
+  if (!v) {
+    if (PyErr_Occurred()) trt_guard_clear();
+    return NULL;
+  }
+  Py_INCREF(v);
+  return v;
+}
+
+int trt_set_equals(PyObject *o, PyObject *value) {
+  if (PySet_GET_SIZE(o) != PySet_GET_SIZE(value)) return 0;
+  PyObject *it = PyObject_GetIter(o);
+  if (!it) { trt_guard_clear(); return 0; }
+  PyObject *e;
+  int ok = 1;
+  while (ok && (e = PyIter_Next(it))) {
+    if (!PyLong_CheckExact(e) && !PyUnicode_CheckExact(e) && !PyBytes_CheckExact(e)) {
+      ok = 0;
+    } else {
+      int r = PySet_Contains(value, e);
+      if (r != 1) ok = 0;
+    }
+    Py_DECREF(e);
+  }
+  Py_DECREF(it);
+  if (PyErr_Occurred()) { trt_guard_clear(); return 0; }
+  return ok;
+}
+
+int trt_equals(PyObject *o, PyObject *type, PyObject *value) {
+  if (!o || (PyObject *)Py_TYPE(o) != type) return 0;
+  if (o == value) return 1;
+  if (PyAnySet_CheckExact(o)) return trt_set_equals(o, value);
+  if (PyFloat_CheckExact(o)) {
+    /* Equal and of the same sign: 0.0 and -0.0 compare equal but x / s differs. */
+    double a = PyFloat_AS_DOUBLE(o), b = PyFloat_AS_DOUBLE(value);
+    if (isnan(b)) {
+      /* Dynamo's guard for a NaN constant is isnan(x): here also the same sign and payload
+         (a returned or copysign'd NaN keeps them), so a hit is never wrong. */
+      uint64_t ua, ub;
+      memcpy(&ua, &a, sizeof ua);
+      memcpy(&ub, &b, sizeof ub);
+      return ua == ub;
+    }
+    return a == b && signbit(a) == signbit(b);
+  }
+  int r = PyObject_RichCompareBool(o, value, Py_EQ);
+  if (r < 0) { trt_guard_clear(); return 0; }
+  return r;
+}
+
+int trt_len_is(PyObject *o, PyObject *type, Py_ssize_t n) {
+  if (!o || (PyObject *)Py_TYPE(o) != type) return 0;
+  Py_ssize_t k = PyObject_Length(o);
+  if (k < 0) { trt_guard_clear(); return 0; }
+  return k == n;
+}
+
+int trt_dict_keys(PyObject *o, PyObject *keys) {
+  if (!o || !PyDict_Check(o) || PyDict_GET_SIZE(o) != PyTuple_GET_SIZE(keys)) return 0;
+  Py_ssize_t pos = 0, i = 0;
+  PyObject *k, *v;
+  while (PyDict_Next(o, &pos, &k, &v)) {
+    int r = PyObject_RichCompareBool(k, PyTuple_GET_ITEM(keys, i++), Py_EQ);
+    if (r != 1) { if (r < 0) trt_guard_clear(); return 0; }
+  }
+  return 1;
+}
+
+int trt_not_in_dict(PyObject *o, PyObject *name) {
+  if (!o) return 0;
+  PyObject *d = PyObject_GenericGetDict(o, NULL);
+  if (!d) { trt_guard_clear(); return 0; }
+  int r = PyDict_Contains(d, name);
+  Py_DECREF(d);
+  if (r < 0) { trt_guard_clear(); return 0; }
+  return r == 0;
+}
+
+int trt_has_attr(PyObject *o, PyObject *name) {
+  if (!o) return -1;
+  PyObject *v = PyObject_GetAttr(o, name);
+  if (v) { Py_DECREF(v); return 1; }
+  int absent = PyErr_ExceptionMatches(PyExc_AttributeError);
+  trt_guard_clear();
+  return absent ? 0 : -1;
+}
+
+int trt_call_check(PyObject *o, PyObject *fn, PyObject *arg) {
+  if (!o) return 0;
+  PyObject *r = PyObject_CallFunctionObjArgs(fn, o, arg, NULL);
+  if (!r) { trt_guard_clear(); return 0; }
+  int ok = r == Py_True;
+  Py_DECREF(r);
+  return ok;
+}
+
+int trt_dict_has(PyObject *o, PyObject *key) {
+  if (!o || !PyDict_Check(o)) return -1;
+  int r = PyDict_Contains(o, key);
+  if (r < 0) trt_guard_clear();
+  return r;
+}
+
+int trt_set_has(PyObject *o, PyObject *key) {
+  if (!o || !PyAnySet_Check(o)) return -1;
+  int r = PySet_Contains(o, key);
+  if (r < 0) trt_guard_clear();
+  return r;
+}
+
+PyObject *trt_dict_entry_at(PyObject *d, Py_ssize_t i, int value) {
+  if (!d || !PyDict_Check(d) || i >= PyDict_GET_SIZE(d)) return NULL;
+  Py_ssize_t pos = 0, n = 0;
+  PyObject *k, *v;
+  while (PyDict_Next(d, &pos, &k, &v)) {
+    if (n++ == i) {
+      PyObject *r = value ? v : k;
+      Py_INCREF(r);
+      return r;
+    }
+  }
+  return NULL;
+}
+
+PyObject *trt_call_noargs(PyObject *o) {
+  if (!o) return NULL;
+  PyObject *r = PyObject_CallNoArgs(o);
+  if (!r) trt_guard_clear();
+  return r;
+}
+
+int trt_logger_quiet(PyObject *lg, PyObject *n_disabled, PyObject *n_cache, PyObject *n_enabled,
+                     PyObject *level) {
+  if (!lg) return 0;
+  PyObject *d = PyObject_GetAttr(lg, n_disabled);
+  if (!d) { trt_guard_clear(); return 0; }
+  int dis = PyObject_IsTrue(d);
+  Py_DECREF(d);
+  if (dis < 0) { trt_guard_clear(); return 0; }
+  if (dis) return 1;
+  PyObject *c = PyObject_GetAttr(lg, n_cache);
+  if (!c) { trt_guard_clear(); return 0; }
+  int quiet = 0;
+  PyObject *v = PyDict_Check(c) ? PyDict_GetItemWithError(c, level) : NULL;
+  if (v) {
+    quiet = v == Py_False;
+  } else {
+    if (PyErr_Occurred()) trt_guard_clear();
+    PyObject *r = PyObject_CallMethodOneArg(lg, n_enabled, level);
+    if (r) { quiet = r == Py_False; Py_DECREF(r); } else { trt_guard_clear(); }
+  }
+  Py_DECREF(c);
+  return quiet;
+}
+
+PyObject *trt_attr_dict(PyObject *o, PyObject *name) {
+#if PY_VERSION_HEX < 0x030C0000
+  if (o && PyType_Check(o) && ((PyTypeObject *)o)->tp_dict) {
+    PyObject *d = ((PyTypeObject *)o)->tp_dict;
+    Py_INCREF(d);
+    return d;
+  }
+#else
+  if (o && PyType_Check(o)) {
+    PyObject *d = PyType_GetDict((PyTypeObject *)o);
+    if (d) return d;
+    trt_guard_clear();
+  }
+#endif
+  return trt_getattr(o, name);
+}
+
+PyObject *trt_generic_getattr(PyObject *o, PyObject *name) {
+  if (!o) return NULL;
+  PyObject *v = PyObject_GenericGetAttr(o, name);
+  if (!v) trt_guard_clear();
+  return v;
+}
+
+PyObject *trt_attr_func(PyObject *o, PyObject *name, int which) {
+  if (o && PyFunction_Check(o)) {
+    PyObject *v = which == TRT_FN_DEFAULTS ? PyFunction_GetDefaults(o)
+                : which == TRT_FN_KWDEFAULTS ? PyFunction_GetKwDefaults(o)
+                             : PyFunction_GetCode(o);
+    if (!v) v = Py_None;
+    Py_INCREF(v);
+    return v;
+  }
+  return trt_getattr(o, name);
+}
+
+int trt_envblock_hit(const trt_envblock *b) {
+  if (!TRT_HAVE_DICT_TAGS || !b->valid) return 0;
+  for (int i = 0; i < b->n; ++i) {
+    const trt_envrec *r = &b->rec[i];
+    switch (r->kind) {
+      case TRT_ER_DICT:
+        if (trt_dict_tag(r->obj) != r->tag) return 0;
+        break;
+      case TRT_ER_CLASS:
+        if ((PyObject *)Py_TYPE(r->obj) != r->aux) return 0;
+        break;
+      case TRT_ER_TYPETAG:
+        if (trt_type_tag(r->obj) != r->tag) return 0;
+        break;
+      case TRT_ER_INSTDICT: {
+        PyObject **dp = _PyObject_GetDictPtr(r->obj);
+        if (!dp || *dp != r->aux) return 0;
+        break;
+      }
+      default: { /* FUNCATTR: recorded only for exact functions */
+        PyObject *v = r->kind == TRT_ER_FUNCATTR + TRT_FN_DEFAULTS ? PyFunction_GET_DEFAULTS(r->obj)
+                    : r->kind == TRT_ER_FUNCATTR + TRT_FN_KWDEFAULTS
+                        ? PyFunction_GET_KW_DEFAULTS(r->obj)
+                        : PyFunction_GET_CODE(r->obj);
+        if (v != r->aux) return 0;
+      }
+    }
+  }
+  return 1;
+}
+
 /* ---- environment blocks (scm_prelude.h) -------------------------------- */
 
 static void eb_clear(trt_envblock *b) {

@@ -38,33 +38,18 @@ static inline int64_t trt_now_ns(void) {
   return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-/* globals[name], falling back to builtins[name]. */
-static inline PyObject *trt_load_global(PyObject *globals, PyObject *builtins, PyObject *name) {
-  PyObject *v = PyDict_GetItemWithError(globals, name);
-  if (!v) {
-    if (PyErr_Occurred()) { trt_guard_clear(); return NULL; }
-    v = PyDict_GetItemWithError(builtins, name);
-    if (!v) { trt_guard_clear(); return NULL; }
-  }
-  Py_INCREF(v);
-  return v;
-}
+/* ---- guard helpers -------------------------------------------------------
+ * The helpers declared here without a body are defined once, in scm_main.c, and called from
+ * the units: each reads Python objects through the C API (a lookup, a call), which a direct
+ * call adds nothing to, while compiled inline into every version's unit they made up most of
+ * its compile (gcc 12, -O1: a FlagGems wrapper's 58 KB unit 128 ms, of which a logger guard's
+ * helpers alone 20 ms).  Cheap ones the hot path runs on every call (an argument tuple's
+ * item, integer arithmetic) stay inline. */
 
-static inline PyObject *trt_getattr(PyObject *o, PyObject *name) {
-  if (!o) return NULL;
-  if (PyModule_CheckExact(o) && PyUnicode_READ_CHAR(name, 0) != '_') {
-    /* A plain module attribute lives in the module's dict: one lookup instead
-       of getattr's type-MRO walk.  Absent there, take the full path (module
-       __getattr__). */
-    PyObject *d = PyModule_GetDict(o);
-    PyObject *v = d ? PyDict_GetItemWithError(d, name) : NULL;
-    if (v) { Py_INCREF(v); return v; }
-    if (PyErr_Occurred()) trt_guard_clear();
-  }
-  PyObject *v = PyObject_GetAttr(o, name);
-  if (!v) trt_guard_clear();
-  return v;
-}
+/* globals[name], falling back to builtins[name]. */
+PyObject *trt_load_global(PyObject *globals, PyObject *builtins, PyObject *name);
+
+PyObject *trt_getattr(PyObject *o, PyObject *name);
 
 static inline PyObject *trt_getitem_int(PyObject *o, Py_ssize_t i) {
   if (!o) return NULL;
@@ -89,81 +74,22 @@ static inline PyObject *trt_getitem_int(PyObject *o, Py_ssize_t i) {
   return v;
 }
 
-static inline PyObject *trt_getitem_obj(PyObject *o, PyObject *key) {
-  if (!o) return NULL;
-  PyObject *v;
-  if (PyDict_CheckExact(o)) {
-    v = PyDict_GetItemWithError(o, key);
-    if (!v) { trt_guard_clear(); return NULL; }
-    Py_INCREF(v);
-    return v;
-  }
-  v = PyObject_GetItem(o, key);
-  if (!v) trt_guard_clear();
-  return v;
-}
+PyObject *trt_getitem_obj(PyObject *o, PyObject *key);
 
 /* d[key] read from the dict's own storage, as Dynamo's dict_getitem accessor reads it
    (PyDict_GetItem): never a subclass's __getitem__ or a defaultdict's __missing__, so the
    guard inserts nothing and runs no user code.  A new reference; NULL (no error set) when d is
    not a dict (exact or subclass) or has no such key; an error from a key's hash or equality
    fails the guard (trt_guard_clear). */
-static inline PyObject *trt_dict_item(PyObject *d, PyObject *key) {
-  if (!d || !PyDict_Check(d)) return NULL;
-  PyObject *v = PyDict_GetItemWithError(d, key);
-  if (!v) {
-    if (PyErr_Occurred()) trt_guard_clear();
-    return NULL;
-  }
-  Py_INCREF(v);
-  return v;
-}
+PyObject *trt_dict_item(PyObject *d, PyObject *key);
 
-/* Exact type and equal value; never leaves an exception set. */
 /* A set equal to `value` (whose elements are exact str, bytes or int)
    with every element of an exact type among those: Python's own equality
    would also accept {True} or {1.0} for {1}. */
-static inline int trt_set_equals(PyObject *o, PyObject *value) {
-  if (PySet_GET_SIZE(o) != PySet_GET_SIZE(value)) return 0;
-  PyObject *it = PyObject_GetIter(o);
-  if (!it) { trt_guard_clear(); return 0; }
-  PyObject *e;
-  int ok = 1;
-  while (ok && (e = PyIter_Next(it))) {
-    if (!PyLong_CheckExact(e) && !PyUnicode_CheckExact(e) && !PyBytes_CheckExact(e)) {
-      ok = 0;
-    } else {
-      int r = PySet_Contains(value, e);
-      if (r != 1) ok = 0;
-    }
-    Py_DECREF(e);
-  }
-  Py_DECREF(it);
-  if (PyErr_Occurred()) { trt_guard_clear(); return 0; }
-  return ok;
-}
+int trt_set_equals(PyObject *o, PyObject *value);
 
-static inline int trt_equals(PyObject *o, PyObject *type, PyObject *value) {
-  if (!o || (PyObject *)Py_TYPE(o) != type) return 0;
-  if (o == value) return 1;
-  if (PyAnySet_CheckExact(o)) return trt_set_equals(o, value);
-  if (PyFloat_CheckExact(o)) {
-    /* Equal and of the same sign: 0.0 and -0.0 compare equal but x / s differs. */
-    double a = PyFloat_AS_DOUBLE(o), b = PyFloat_AS_DOUBLE(value);
-    if (isnan(b)) {
-      /* Dynamo's guard for a NaN constant is isnan(x): here also the same sign and payload
-         (a returned or copysign'd NaN keeps them), so a hit is never wrong. */
-      uint64_t ua, ub;
-      memcpy(&ua, &a, sizeof ua);
-      memcpy(&ub, &b, sizeof ub);
-      return ua == ub;
-    }
-    return a == b && signbit(a) == signbit(b);
-  }
-  int r = PyObject_RichCompareBool(o, value, Py_EQ);
-  if (r < 0) { trt_guard_clear(); return 0; }
-  return r;
-}
+/* Exact type and equal value; never leaves an exception set. */
+int trt_equals(PyObject *o, PyObject *type, PyObject *value);
 
 /* Dynamo's `math.isnan(x)` over a float symbol: 1 or 0 for a float, a failed guard (ok = 0)
    for anything else (or a source that could not be read). */
@@ -175,123 +101,39 @@ static inline int64_t trt_float_isnan(PyObject *o, int *ok) {
   return isnan(PyFloat_AS_DOUBLE(o)) ? 1 : 0;
 }
 
-static inline int trt_len_is(PyObject *o, PyObject *type, Py_ssize_t n) {
-  if (!o || (PyObject *)Py_TYPE(o) != type) return 0;
-  Py_ssize_t k = PyObject_Length(o);
-  if (k < 0) { trt_guard_clear(); return 0; }
-  return k == n;
-}
+int trt_len_is(PyObject *o, PyObject *type, Py_ssize_t n);
 
 /* dict keys equal `keys` (a tuple), in order. */
-static inline int trt_dict_keys(PyObject *o, PyObject *keys) {
-  if (!o || !PyDict_Check(o) || PyDict_GET_SIZE(o) != PyTuple_GET_SIZE(keys)) return 0;
-  Py_ssize_t pos = 0, i = 0;
-  PyObject *k, *v;
-  while (PyDict_Next(o, &pos, &k, &v)) {
-    int r = PyObject_RichCompareBool(k, PyTuple_GET_ITEM(keys, i++), Py_EQ);
-    if (r != 1) { if (r < 0) trt_guard_clear(); return 0; }
-  }
-  return 1;
-}
+int trt_dict_keys(PyObject *o, PyObject *keys);
 
-static inline int trt_not_in_dict(PyObject *o, PyObject *name) {
-  if (!o) return 0;
-  PyObject *d = PyObject_GenericGetDict(o, NULL);
-  if (!d) { trt_guard_clear(); return 0; }
-  int r = PyDict_Contains(d, name);
-  Py_DECREF(d);
-  if (r < 0) { trt_guard_clear(); return 0; }
-  return r == 0;
-}
+int trt_not_in_dict(PyObject *o, PyObject *name);
 
 /* hasattr(o, name): 1 or 0; -1 (a failed guard either way) when o is missing or the lookup
    raised something other than AttributeError, which hasattr would propagate. */
-static inline int trt_has_attr(PyObject *o, PyObject *name) {
-  if (!o) return -1;
-  PyObject *v = PyObject_GetAttr(o, name);
-  if (v) { Py_DECREF(v); return 1; }
-  int absent = PyErr_ExceptionMatches(PyExc_AttributeError);
-  trt_guard_clear();
-  return absent ? 0 : -1;
-}
+int trt_has_attr(PyObject *o, PyObject *name);
 
 /* fn(o, arg) is True; an exception counts as a failed check. */
-static inline int trt_call_check(PyObject *o, PyObject *fn, PyObject *arg) {
-  if (!o) return 0;
-  PyObject *r = PyObject_CallFunctionObjArgs(fn, o, arg, NULL);
-  if (!r) { trt_guard_clear(); return 0; }
-  int ok = r == Py_True;
-  Py_DECREF(r);
-  return ok;
-}
+int trt_call_check(PyObject *o, PyObject *fn, PyObject *arg);
 
 /* 1 if key in o, 0 if not, -1 when o is not an exact-or-sub dict (set) or
    the lookup raises (the guard then fails: a miss). */
-static inline int trt_dict_has(PyObject *o, PyObject *key) {
-  if (!o || !PyDict_Check(o)) return -1;
-  int r = PyDict_Contains(o, key);
-  if (r < 0) trt_guard_clear();
-  return r;
-}
+int trt_dict_has(PyObject *o, PyObject *key);
 
-static inline int trt_set_has(PyObject *o, PyObject *key) {
-  if (!o || !PyAnySet_Check(o)) return -1;
-  int r = PySet_Contains(o, key);
-  if (r < 0) trt_guard_clear();
-  return r;
-}
+int trt_set_has(PyObject *o, PyObject *key);
 
 /* The i-th key (value = 0) or value (value = 1) of dict d, in order, as a
    new reference: `list(dict.keys(d))[i]`; NULL (no error set) when d is not
    a dict or has no i-th entry. */
-static inline PyObject *trt_dict_entry_at(PyObject *d, Py_ssize_t i, int value) {
-  if (!d || !PyDict_Check(d) || i >= PyDict_GET_SIZE(d)) return NULL;
-  Py_ssize_t pos = 0, n = 0;
-  PyObject *k, *v;
-  while (PyDict_Next(d, &pos, &k, &v)) {
-    if (n++ == i) {
-      PyObject *r = value ? v : k;
-      Py_INCREF(r);
-      return r;
-    }
-  }
-  return NULL;
-}
+PyObject *trt_dict_entry_at(PyObject *d, Py_ssize_t i, int value);
 
 /* `o()` as a new reference; NULL (no error set) when o is NULL or raises. */
-static inline PyObject *trt_call_noargs(PyObject *o) {
-  if (!o) return NULL;
-  PyObject *r = PyObject_CallNoArgs(o);
-  if (!r) trt_guard_clear();
-  return r;
-}
+PyObject *trt_call_noargs(PyObject *o);
 
 /* `not logger.isEnabledFor(level)`, read as Logger.isEnabledFor reads it:
    `disabled`, then the level's entry in `_cache` (cleared by logging on any
    level change); a level not cached yet asks isEnabledFor itself. */
-static inline int trt_logger_quiet(PyObject *lg, PyObject *n_disabled, PyObject *n_cache,
-                                   PyObject *n_enabled, PyObject *level) {
-  if (!lg) return 0;
-  PyObject *d = PyObject_GetAttr(lg, n_disabled);
-  if (!d) { trt_guard_clear(); return 0; }
-  int dis = PyObject_IsTrue(d);
-  Py_DECREF(d);
-  if (dis < 0) { trt_guard_clear(); return 0; }
-  if (dis) return 1;
-  PyObject *c = PyObject_GetAttr(lg, n_cache);
-  if (!c) { trt_guard_clear(); return 0; }
-  int quiet = 0;
-  PyObject *v = PyDict_Check(c) ? PyDict_GetItemWithError(c, level) : NULL;
-  if (v) {
-    quiet = v == Py_False;
-  } else {
-    if (PyErr_Occurred()) trt_guard_clear();
-    PyObject *r = PyObject_CallMethodOneArg(lg, n_enabled, level);
-    if (r) { quiet = r == Py_False; Py_DECREF(r); } else { trt_guard_clear(); }
-  }
-  Py_DECREF(c);
-  return quiet;
-}
+int trt_logger_quiet(PyObject *lg, PyObject *n_disabled, PyObject *n_cache, PyObject *n_enabled,
+                     PyObject *level);
 
 /* An exact Python int as int64; *ok = 0 if it is not one or overflows. */
 static inline int64_t trt_pyint(PyObject *o, int *ok) {
@@ -356,45 +198,15 @@ static inline int64_t trt_abs(int64_t a, int *ok) {
 /* ---- cheap loads of attributes guards often read ---------------------- */
 
 /* type.__dict__ without allocating a mappingproxy; anything else: getattr. */
-static inline PyObject *trt_attr_dict(PyObject *o, PyObject *name) {
-#if PY_VERSION_HEX < 0x030C0000
-  if (o && PyType_Check(o) && ((PyTypeObject *)o)->tp_dict) {
-    PyObject *d = ((PyTypeObject *)o)->tp_dict;
-    Py_INCREF(d);
-    return d;
-  }
-#else
-  if (o && PyType_Check(o)) {
-    PyObject *d = PyType_GetDict((PyTypeObject *)o);
-    if (d) return d;
-    trt_guard_clear();
-  }
-#endif
-  return trt_getattr(o, name);
-}
+PyObject *trt_attr_dict(PyObject *o, PyObject *name);
 
 /* object.__getattribute__(o, name): the generic lookup (type MRO descriptors, then the
    instance dict), past a class's own __getattribute__ / __getattr__. */
-static inline PyObject *trt_generic_getattr(PyObject *o, PyObject *name) {
-  if (!o) return NULL;
-  PyObject *v = PyObject_GenericGetAttr(o, name);
-  if (!v) trt_guard_clear();
-  return v;
-}
+PyObject *trt_generic_getattr(PyObject *o, PyObject *name);
 
 /* A Python function's __defaults__ / __kwdefaults__ / __code__ (`which`: TRT_FN_*). */
 enum { TRT_FN_DEFAULTS = 0, TRT_FN_KWDEFAULTS = 1, TRT_FN_CODE = 2 };
-static inline PyObject *trt_attr_func(PyObject *o, PyObject *name, int which) {
-  if (o && PyFunction_Check(o)) {
-    PyObject *v = which == TRT_FN_DEFAULTS ? PyFunction_GetDefaults(o)
-                : which == TRT_FN_KWDEFAULTS ? PyFunction_GetKwDefaults(o)
-                             : PyFunction_GetCode(o);
-    if (!v) v = Py_None;
-    Py_INCREF(v);
-    return v;
-  }
-  return trt_getattr(o, name);
-}
+PyObject *trt_attr_func(PyObject *o, PyObject *name, int which);
 
 /* ---- environment guards, cached on version tags -------------------------
  * A guard whose every source starts at a global or a constant (`G['m'].f.cfg.mode == 'a'`,
@@ -412,7 +224,7 @@ static inline PyObject *trt_attr_func(PyObject *o, PyObject *name, int which) {
  * all recorded tags hold.  A guard that read something no tag covers (a list item, a
  * function's __defaults__, a property, an object with its own __getattr__...) is marked
  * live and evaluated on every call, as are all of them where the interpreter has no dict
- * tags (3.13+).  The evaluation is scm_main.c's; the check of the tags is here, inline. */
+ * tags (3.13+).  The evaluation and the check of the tags (trt_envblock_hit) are scm_main.c's. */
 #if PY_VERSION_HEX < 0x030D0000
 #define TRT_HAVE_DICT_TAGS 1
 #pragma GCC diagnostic push
@@ -505,36 +317,7 @@ typedef struct trt_envctx {
   PyObject *globals, *builtins;
 } trt_envctx;
 
-static inline int trt_envblock_hit(const trt_envblock *b) {
-  if (!TRT_HAVE_DICT_TAGS || !b->valid) return 0;
-  for (int i = 0; i < b->n; ++i) {
-    const trt_envrec *r = &b->rec[i];
-    switch (r->kind) {
-      case TRT_ER_DICT:
-        if (trt_dict_tag(r->obj) != r->tag) return 0;
-        break;
-      case TRT_ER_CLASS:
-        if ((PyObject *)Py_TYPE(r->obj) != r->aux) return 0;
-        break;
-      case TRT_ER_TYPETAG:
-        if (trt_type_tag(r->obj) != r->tag) return 0;
-        break;
-      case TRT_ER_INSTDICT: {
-        PyObject **dp = _PyObject_GetDictPtr(r->obj);
-        if (!dp || *dp != r->aux) return 0;
-        break;
-      }
-      default: { /* FUNCATTR: recorded only for exact functions */
-        PyObject *v = r->kind == TRT_ER_FUNCATTR + TRT_FN_DEFAULTS ? PyFunction_GET_DEFAULTS(r->obj)
-                    : r->kind == TRT_ER_FUNCATTR + TRT_FN_KWDEFAULTS
-                        ? PyFunction_GET_KW_DEFAULTS(r->obj)
-                        : PyFunction_GET_CODE(r->obj);
-        if (v != r->aux) return 0;
-      }
-    }
-  }
-  return 1;
-}
+int trt_envblock_hit(const trt_envblock *b);
 
 /* Defined once, in scm_main.c.  trt_envblock_eval evaluates the n guards d[i] (guard
  * index ix[i] of the version) with recording and commits the block when all pass; on a
