@@ -13,6 +13,7 @@ headers beside it) from the command the build ran (`cmd.txt`), changed one way a
 - `-S`: to assembly only (the difference to `as built` is the assembler);
 - `syntax`: `-fsyntax-only` (parsing and checking: the front end, prelude loading included);
 - `empty`: the same command on an empty unit (the compiler's start and the prelude's load).
+- one column per `--flags` set: the build's command with those flags added.
 
 Medians in ms.  The report also lists the largest unit's top gcc passes (`-ftime-report`).
 """
@@ -83,7 +84,7 @@ def _command(unit: Path, scratch: Path) -> list:
     return cmd[:cmd.index("-o") + 1] + [str(scratch / "out.o")] + cmd[cmd.index("-o") + 2:]
 
 
-def probe(unit: Path, reps: int, scratch: Path) -> dict:
+def probe(unit: Path, reps: int, scratch: Path, flags: list) -> dict:
     folder = unit.parent
     cmd = _command(unit, scratch)
     cache = folder.parent.parent  # <cache>/obj/<hash>/version_N.c
@@ -105,6 +106,8 @@ def probe(unit: Path, reps: int, scratch: Path) -> dict:
     empty.write_text('#include "scm_prelude.h"\n')
     row["empty"] = _time([str(empty) if c == str(unit) else c for c in cmd], folder,
                          reps)
+    for f in flags:  # the build's command with these flags added
+        row[f] = _time(cmd[:1] + f.split() + cmd[1:], folder, reps)
     return row
 
 
@@ -129,6 +132,9 @@ def main() -> None:
     ap.add_argument("--units", required=True)
     ap.add_argument("--top", type=int, default=4)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--flags", default="",
+                    help="';'-separated flag sets, each a column: the build's command with them "
+                         "added (e.g. '-fno-stack-protector;-pipe')")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     units, seen = [], set()
@@ -144,8 +150,9 @@ def main() -> None:
     import torch
 
     scratch = Path(tempfile.mkdtemp(prefix="compile_probe_"))
-    rows = [probe(u, a.reps, scratch) for u in units]
-    cols = ["as built", "-O0", "-O1", "-O2", "no pch", "-S", "syntax", "empty"]
+    flags = [f.strip() for f in a.flags.split(";") if f.strip()]
+    rows = [probe(u, a.reps, scratch, flags) for u in units]
+    cols = ["as built", "-O0", "-O1", "-O2", "no pch", "-S", "syntax", "empty", *flags]
     fmt = lambda v: "failed" if v is None else f"{v:.0f}"  # noqa: E731
     lines = [
         "# Compile time of version units", "",
