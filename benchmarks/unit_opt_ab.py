@@ -2,7 +2,7 @@
 the warm call's host time, -O1 (the default) and -O0 in one process.
 
     python benchmarks/unit_opt_ab.py [--device cuda|cpu] [--flaggems] [--rounds 15]
-                                     [--calls 2000] [--out FILE]
+                                     [--calls 2000] [--base-runtime DIR] [--out FILE]
 
 Per function and level: a fresh copy of the function under `trident.jit` (its own code object,
 so its own versions), in a fresh Trident build cache; two shapes, each a miss whose version unit
@@ -13,6 +13,13 @@ back to back on the second shape, the levels interleaved round by round, median 
 the per-call mean).  Functions: on CUDA the Triton host code of trident/examples (`silu`,
 `rms_norm`) and, with --flaggems, FlagGems' silu, add and rms_norm; on CPU an RMS norm and a
 pointwise chain of ATen operators.
+
+`--base-runtime DIR` compares generated-code support instead of levels, both at the default
+level: `base` builds its versions with the C headers and `scm_main.c` of DIR (another checkout's
+`trident/runtime`, e.g. from `git archive`), `new` with this checkout's; the C++ runtime (built
+first, from this checkout) and the code generator are this checkout's for both, so DIR's
+`trident_rt.h` must declare the same api table.  A same-process A/B: the host columns of two
+separate runs differ more between processes than a change of this kind does.
 """
 
 from __future__ import annotations
@@ -33,6 +40,22 @@ sys.path.insert(0, str(ROOT))
 import report_info  # noqa: E402
 
 LEVELS = ("-O1", "-O0")
+
+
+def _variant(name: str, base_runtime: str | None):
+    """Set up the build for variant `name`: an optimisation level, or `base` / `new` (the
+    runtime folder the version units are compiled against)."""
+    if base_runtime is None:
+        os.environ["TRIDENT_VERSION_OPT"] = name
+        return
+    from trident.native import build
+
+    build.RUNTIME_DIR = Path(base_runtime).resolve() if name == "base" else _NEW_RUNTIME[0]
+    build._header.cache_clear()
+    build._pch_state.clear()
+
+
+_NEW_RUNTIME: list = []
 
 
 def _fresh(fn, tag: str):
@@ -95,8 +118,12 @@ def main():
     ap.add_argument("--flaggems", action="store_true")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--base-runtime", default=None,
+                    help="compare versions built against this runtime folder's C headers and "
+                         "scm_main.c (base) with this checkout's (new), instead of -O1 / -O0")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
+    variants = LEVELS if a.base_runtime is None else ("base", "new")
     os.environ["TRIDENT_CACHE_DIR"] = tempfile.mkdtemp(prefix="trident_unit_opt_")
     os.environ["TRIDENT_CACHE"] = "off"
     import torch
@@ -106,11 +133,14 @@ def main():
     sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
     warm = trident.jit(lambda x: x + 1)  # Dynamo's import, the runtime: not counted
     warm(torch.ones(3, device=a.device))
+    from trident.native import build
+
+    _NEW_RUNTIME.append(build.RUNTIME_DIR)
     rows = []
     for name, fn, make in cases(a, torch):
         fns, misses = {}, {}
-        for level in LEVELS:
-            os.environ["TRIDENT_VERSION_OPT"] = level
+        for level in variants:
+            _variant(level, a.base_runtime)
             f = fns[level] = trident.jit(_fresh(fn, level.strip("-")))
             misses[level] = []
             for n in (16, 64):
@@ -125,11 +155,12 @@ def main():
                 phases = trident.stats(f)["miss_phases"]  # none: that call ran eagerly
                 ph = phases[-1] if len(phases) > before else {}
                 misses[level].append((wall, ph.get("compile", 0.0)))
-        os.environ.pop("TRIDENT_VERSION_OPT")
+        os.environ.pop("TRIDENT_VERSION_OPT", None)
+        _variant("new", a.base_runtime) if a.base_runtime else None
         args = make(64)
-        host = {level: [] for level in LEVELS}
+        host = {level: [] for level in variants}
         for _ in range(a.rounds):
-            for level in LEVELS:
+            for level in variants:
                 f = fns[level]
                 for _ in range(50):
                     f(*args)
@@ -139,30 +170,34 @@ def main():
                     f(*args)
                 host[level].append((time.perf_counter() - t) / a.calls * 1e6)
                 sync()
-        hits = {level: sum(trident.stats(fns[level])["hits"]) for level in LEVELS}
+        hits = {level: sum(trident.stats(fns[level])["hits"]) for level in variants}
         rows.append((name, misses, {k: statistics.median(v) for k, v in host.items()}, hits))
         print(name, {k: [f"{w:.3f}s/{c * 1e3:.0f}ms" for w, c in v] for k, v in misses.items()},
               {k: f"{statistics.median(v):.2f} us" for k, v in host.items()}, flush=True)
 
-    lines = [f"# Version unit at -O1 vs -O0 ({a.device})", "",
+    lo, hi = variants[1], variants[0]  # the ratio's numerator and denominator
+    title = ("Version unit at -O1 vs -O0" if a.base_runtime is None else
+             f"Version units against {a.base_runtime} (base) vs this checkout (new)")
+    lines = [f"# {title} ({a.device})", "",
              f"- date: {datetime.date.today()}", f"- commit: {report_info.commit()}",
              f"- machine: {report_info.machine(torch)}",
              f"- command: `python benchmarks/unit_opt_ab.py {' '.join(sys.argv[1:])}`".rstrip(),
-             f"- method: per level a fresh function copy in a fresh build cache; misses: first "
+             f"- method: per variant a fresh function copy; misses: first "
              f"shape (16 rows) then the later shape (64 rows); host: {a.calls} calls back to "
-             f"back per round, levels interleaved, median of {a.rounds} rounds; a warm-up function "
+             f"back per round, variants interleaved, median of {a.rounds} rounds; a warm-up function "
              "first (Dynamo's import, the runtime).", "",
              "| function | level | first miss s (unit compile ms) | later miss s (unit compile "
-             "ms) | warm host us/call | -O0 / -O1 host |",
+             f"ms) | warm host us/call | {lo} / {hi} host |",
              "|---|---|---:|---:|---:|---:|"]
     for name, misses, host, hits in rows:
-        for level in LEVELS:
+        for level in variants:
             (w1, c1), (w2, c2) = misses[level]
-            ratio = f"{host['-O0'] / host['-O1']:.3f}" if level == "-O0" else ""
+            ratio = f"{host[lo] / host[hi]:.3f}" if level == lo else ""
             lines.append(f"| {name} | {level} | {w1:.3f} ({c1 * 1e3:.0f}) | {w2:.3f} "
                          f"({c2 * 1e3:.0f}) | {host[level]:.2f} | {ratio} |")
     text = "\n".join(lines) + "\n"
-    out = Path(a.out or ROOT / "benchmarks" / "results" / "latest" / f"unit_opt_ab_{a.device}.md")
+    stem = "unit_opt_ab" if a.base_runtime is None else "runtime_ab"
+    out = Path(a.out or ROOT / "benchmarks" / "results" / "latest" / f"{stem}_{a.device}.md")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print(text)
