@@ -410,16 +410,6 @@ PyObject *trt_r_global(trt_envblock *b, PyObject *globals, PyObject *builtins, P
   return v;
 }
 
-static PyObject *eb_dict_get(PyObject *d, PyObject *name) {
-  PyObject *v = PyDict_GetItemWithError(d, name);
-  if (!v) {
-    if (PyErr_Occurred()) trt_guard_clear();
-    return NULL;
-  }
-  Py_INCREF(v);
-  return v;
-}
-
 /* The attribute `name` of a module, a class of metaclass `type` or an instance of a class
  * with the generic lookup, read as getattr reads it and recorded; NULL when the read is one
  * no record covers (the caller then takes the plain path). */
@@ -428,7 +418,7 @@ static PyObject *eb_attr_covered(trt_envblock *b, PyObject *o, PyObject *name) {
     if (PyUnicode_READ_CHAR(name, 0) == '_') return NULL;  /* ModuleType's descriptors */
     PyObject *d = PyModule_GetDict(o);
     if (!d) return NULL;
-    PyObject *v = eb_dict_get(d, name);
+    PyObject *v = trt_dict_item(d, name);
     if (v) {
       trt_r_class(b, o);  /* a module's __class__ can become a subclass with properties */
       trt_r_dict(b, d);
@@ -472,7 +462,7 @@ static PyObject *eb_attr_covered(trt_envblock *b, PyObject *o, PyObject *name) {
   if (b && !eb_typetag(b, tp)) return NULL;
   PyObject *d = eb_instdict(b, o);
   if (d) {
-    PyObject *v = eb_dict_get(d, name);
+    PyObject *v = trt_dict_item(d, name);
     if (v) return v;
   } else if (b) {
     eb_add(b, TRT_ER_CLASS, o, (PyObject *)tp, 0);
