@@ -284,6 +284,29 @@ def test_python_kernel_is_handed_the_views_eager_hands_it(h):
         assert _below_count(f) >= 1, trident.explain(f)  # the multiply, and mm (backend kernel)
 
 
+def test_python_kernel_lookup_follows_registrations_and_removals():
+    """python_kernel_ops is made again whenever torch.library's registrations change (it is
+    memoized between misses): a kernel registered or destroyed after a first lookup shows."""
+    from trident.ir.passes.below_autograd import python_kernel_ops
+
+    before = python_kernel_ops()
+    assert python_kernel_ops() is before  # unchanged registrations: the same sets
+    assert "aten/mm" not in before[0]
+    with _cpu_kernel("mm", _recording_mm([])):
+        assert "aten/mm" in python_kernel_ops()[0]
+        assert "aten/mm" not in python_kernel_ops()[1]
+    assert "aten/mm" not in python_kernel_ops()[0]
+    lib = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lib.impl("mm", _recording_mm([]), "Autograd")
+    try:
+        assert "aten/mm" in python_kernel_ops()[1]
+    finally:
+        lib._destroy()
+    assert "aten/mm" not in python_kernel_ops()[1]
+
+
 def test_nested_jit_kernel_keeps_one_version_per_call_site(h):
     def mm(a, b):
         return (a.unsqueeze(-1) * b.unsqueeze(0)).sum(1)

@@ -118,12 +118,24 @@ def library_key(op) -> str:
     return f"{name}.{op._schema.overload_name}" if op._schema.overload_name else name
 
 
+# A copy of torch.library._impls and the sets python_kernel_ops made of it.
+_py_kernels: tuple = (None, None)
+
+
 def python_kernel_ops() -> tuple:
     """The operators with a kernel registered from Python under a key a real tensor's call can
     reach (every key but Meta), and those of them with one at the autograd layer (which running
-    below would skip), as sets of `ns/name[.overload]`."""
+    below would skip), as frozensets of `ns/name[.overload]`.  Made again only when the
+    registrations changed (compared with a copy: after Inductor's and FlagGems' imports the
+    scan cost 1.5 ms, several times per miss)."""
+    global _py_kernels
+    impls = getattr(torch.library, "_impls", set())
+    snap, made = _py_kernels
+    if snap is not None and snap == impls:
+        return made
+    snap = frozenset(impls)
     out, autograd = set(), set()
-    for k in getattr(torch.library, "_impls", ()):
+    for k in snap:
         op, _, key = k.rpartition("/")
         if key == "Meta":
             continue
@@ -131,4 +143,6 @@ def python_kernel_ops() -> tuple:
         out.add(op)
         if key.startswith("Autograd") or key == "ADInplaceOrView":
             autograd.add(op)
-    return out, autograd
+    made = (frozenset(out), frozenset(autograd))
+    _py_kernels = (snap, made)
+    return made
