@@ -209,6 +209,48 @@ def test_constant_int_equal_to_a_dynamic_size_is_not_replaced(h):
         h.check(f, fn, h.rand(n))
 
 
+def test_argument_returned_unused_stays_native_as_sizes_and_values_change(h):
+    """An argument the function returns without looking at it (an int, a str, a tensor) comes
+    back as it was passed, from the same versions: no guard on its value, and no fallback
+    once sizes turn dynamic (describing the result used to realize the int as a graph input
+    after the graph was compiled, and the path ran eagerly)."""
+    def fn(x, k, t):
+        return x * 2, k, t
+
+    f = trident.jit(fn)
+    for i, k in enumerate((2, 3, 2.5, "s", None, 7, -1)):
+        x, t = h.rand(3 + i % 2), h.rand(2)
+        h.check(f, fn, x, k, t)
+        out = f(x, k, t)
+        assert out[2] is t and out[1] is k
+    st = trident.stats(f)
+    assert st["fallbacks"] == 0 and st["eager_paths"] == [], st
+    assert st["versions"] == 2 and sum(st["hits"]) == 12, st
+
+
+def test_attribute_returned_unused_after_a_store_runs_eagerly_with_a_reason(h):
+    """`a = o.v; o.v = 3; return x + 1, a`: the old value cannot be read back after the store;
+    that path runs eagerly (eager's results and object state) and says why."""
+    class Box:
+        def __init__(self, v):
+            self.v = v
+
+    def fn(x, o):
+        a = o.v
+        o.v = 3
+        return x + 1, a
+
+    f = trident.jit(fn)
+    for i in range(4):
+        ob, oe = Box(i), Box(i)
+        x = h.rand(3 + i % 2)
+        got, ref = f(x, ob), fn(x.clone(), oe)
+        h.assert_tree_equal(got, ref)
+        assert ob.v == oe.v == 3
+    paths = trident.stats(f)["eager_paths"]
+    assert any("L['o'].v unused" in p["reason"] for p in paths), paths
+
+
 def test_bool_from_dynamic_size_returned(h):
     def fn(x):
         return x + 1, x.shape[0] > 3

@@ -148,6 +148,13 @@ class _Describer:
 
         if depth > 32:
             raise UnsupportedError("result nested too deeply")
+        src = _unrealized_source(vt)
+        if src is not None and (not self.has_stores or _item_path(src)):
+            # An argument (or global) the function never looked at, returned as it came:
+            # Dynamo returns it by loading its source.  The isinstance checks below would
+            # realize it, adding a graph input (an int's automatic-dynamic symbol) after the
+            # graph was compiled, which its callers never pass.
+            return self.source_ref(src)
         if isinstance(vt, TensorVariable):
             if type(vt).__name__ == "NumpyNdarrayVariable":  # a torch._numpy array
                 if getattr(vt, "source", None) is not None:
@@ -316,3 +323,15 @@ def _item_path(src) -> bool:
     while isinstance(src, (DictGetItemSource, GetItemSource)):
         src = src.base
     return type(src) is LocalSource
+
+
+def _unrealized_source(vt):
+    """The source of `vt` where it is a lazy variable Dynamo never realized (the traced code
+    did not look at the value), else None."""
+    from torch._dynamo.variables.lazy import LazyVariableTracker
+
+    # issubclass on the type: isinstance on a lazy variable realizes it (torch 2.13's
+    # LazyConstantVariable, for an int, float, bool or str argument, is a subclass)
+    if not issubclass(type(vt), LazyVariableTracker) or vt.is_realized():
+        return None
+    return getattr(vt, "source", None)

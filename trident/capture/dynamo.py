@@ -204,6 +204,7 @@ class _Recorder:
             self.unsupported = str(e)
         inputs = []
         fakes = []
+        traced = {id(n) for n in gm.graph.nodes if n.op == "placeholder"}
         for node in gm.graph.nodes:
             if node.op != "placeholder":
                 continue
@@ -228,12 +229,22 @@ class _Recorder:
         except Exception as e:  # noqa: BLE001 - a description Trident cannot make: refused
             self.unsupported = (f"the return value cannot be described "
                                 f"({type(e).__name__}: {_first_line(e)})")
+        added = [_input_name(n) for n in gm.graph.nodes
+                 if n.op == "placeholder" and id(n) not in traced]
+        if added:
+            # Describing the result realized a value the trace never looked at (an attribute
+            # read before the function stores to it, returned unused): Dynamo made it a graph
+            # input after the graph was compiled, which the call does not pass.
+            self.unsupported = (f"the function returns {', '.join(added)} unused, which the "
+                                "traced graph does not take as an input (e.g. an attribute "
+                                "read before the function stores to it)")
         fake_mode = fake_mode_of(fakes, example_inputs)
+        aten = None
         try:
-            aten = to_aten(gm, fakes, example_inputs, fake_mode)
+            if not added:
+                aten = to_aten(gm, fakes, example_inputs, fake_mode)
         except Exception as e:  # noqa: BLE001 - reported as the reason
             self.unsupported = f"lowering to ATen failed: {type(e).__name__}: {e}"
-            aten = None
         self.aten = aten
         self.gm = gm
         self.sizes = sizes_strides(og)
@@ -408,6 +419,13 @@ def _forget_backend(backend) -> None:
     for key, value in list(cached.items()):
         if value is backend or getattr(value, "compiler_fn", None) is backend:
             cached.pop(key, None)
+
+
+def _input_name(node) -> str:
+    """A graph input's source (`L['o'].v`), else its node's name."""
+    ga = node.meta.get("grapharg")
+    src = getattr(ga, "source", None)
+    return src.name if src is not None else node.name
 
 
 def _first_line(e: BaseException) -> str:
