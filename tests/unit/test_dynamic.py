@@ -228,6 +228,24 @@ def test_argument_returned_unused_stays_native_as_sizes_and_values_change(h):
     assert st["versions"] == 2 and sum(st["hits"]) == 12, st
 
 
+def test_int_argument_only_guarded_on_and_returned_stays_native(h):
+    """An int the trace only compares (a shape guard once it is dynamic) and returns: its
+    symbol is pruned from the graph, and the version returns the argument the caller passed
+    (it was 'returned int l_k_ is not a graph value', an eager path)."""
+    def fn(x, k):
+        y = x + 1
+        if k > 100:
+            y = y * 2
+        return y, k
+
+    f = trident.jit(fn)
+    for k in (3, 4, 5, 150, 200, 7, 101):
+        h.check(f, fn, h.rand(8), k)
+    st = trident.stats(f)
+    assert st["eager_paths"] == [] and st["fallbacks"] == 0, st
+    assert st["versions"] == 3 and sum(st["hits"]) == 4, st
+
+
 def test_attribute_returned_unused_after_a_store_runs_eagerly_with_a_reason(h):
     """`a = o.v; o.v = 3; return x + 1, a`: the old value cannot be read back after the store;
     that path runs eagerly (eager's results and object state) and says why."""

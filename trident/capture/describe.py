@@ -131,6 +131,11 @@ class _Describer:
             return InputRef(self.in_pos[id(node)], kind)
         if kind == "tensor" and getattr(vt, "source", None) is not None:
             return self.source_ref(vt.source)  # an input Dynamo pruned from the graph
+        src = getattr(node.meta.get("grapharg"), "source", None) or getattr(vt, "source", None)
+        if node.op == "placeholder" and src is not None and _item_path(src):
+            # An int argument's own symbol, pruned from the graph (the trace only guarded on
+            # it): the value is the argument the caller passed.
+            return self.source_ref(src)
         raise UnsupportedError(f"returned {kind} {node.name} is not a graph value")
 
     def source_ref(self, src: Source) -> SourceRef:
