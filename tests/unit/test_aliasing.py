@@ -279,3 +279,26 @@ def test_contiguous_returns_input_or_copy_like_eager(h):
         out = f(y)
         assert (out is y) == (fn(y) is y)
         assert out.data_ptr() != y.data_ptr() and torch.equal(out, y)
+
+
+def test_detach_cuts_autograd_and_is_no_view_like_eager(h):
+    # torch 2.14's make_fx traces `detach` as `alias` unless given a decomposition table: the
+    # hits then returned a view of x that required grad (a gradient through a detach).
+    def fn(x):
+        d = x.detach()
+        d.clamp_(-1, 1)  # writes through to x, as eager's detach shares storage
+        return d, d * x
+
+    f = trident.jit(fn)
+    for _ in range(3):
+        x = h.rand(5, requires_grad=True)
+        xe = x.detach().clone().requires_grad_()
+        (d, p), (de, pe) = f(x), fn(xe)
+        assert torch.equal(d, de) and torch.equal(p, pe)
+        assert torch.equal(x.detach(), xe.detach())
+        assert (d.requires_grad, d._base is None, d.grad_fn) == (de.requires_grad, True, None)
+        assert d.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+        p.sum().backward()
+        pe.sum().backward()
+        assert torch.equal(x.grad, xe.grad)  # d is a constant for the gradient
+    assert sum(trident.stats(f)["hits"]) >= 2

@@ -8,6 +8,7 @@ dispatcher on when an input has a symbolic size, as AOTAutograd traces) and rewr
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 
@@ -33,13 +34,16 @@ def to_aten(gm: torch.fx.GraphModule, fakes: list, example_inputs,
     # With symbolic sizes, the Python dispatcher is on while tracing (as AOTAutograd
     # does): composite operators then decompose through their symbolic-aware Python
     # decompositions (matmul's C++ one calls numel() on CUDA inputs).
+    # An explicit (empty) decomposition table: without one, torch 2.14's make_fx traces
+    # `detach` as `alias`, a view with a `_base` that autograd does not cut.
+    trace = functools.partial(make_fx, tracing_mode="real", decomposition_table={})
     with torch.autograd.graph.saved_tensors_hooks(_same, _same), \
             (_python_dispatcher() if _symbolic(fakes) else contextlib.nullcontext()):
         if fake_mode is not None:
             with fake_mode:
-                aten = make_fx(gm, tracing_mode="real")(*fakes)
+                aten = trace(gm)(*fakes)
         else:
-            aten = make_fx(gm, tracing_mode="real")(*example_inputs)
+            aten = trace(gm)(*example_inputs)
     rewrite_size_lists(aten)
     return aten
 
