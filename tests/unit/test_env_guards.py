@@ -4,7 +4,9 @@ what they read must still be seen, against eager, and reads no tag covers run on
 
 from __future__ import annotations
 
+import contextvars
 import sys
+import threading
 import types
 
 import pytest
@@ -271,3 +273,50 @@ def test_live_guard_resumes_after_its_covered_prefix():
     HOLDER.items[1] = -3.0
     _check(g, f_holder_items)
 
+
+
+_SCALE = contextvars.ContextVar("trident_test_scale", default=2)
+_SHIFT = contextvars.ContextVar("trident_test_shift")
+
+
+def _by_scale(x):
+    return x * _SCALE.get()
+
+
+def _by_shift(x):
+    return x + _SHIFT.get(5)
+
+
+@pytest.mark.parametrize("fn, var", [(_by_scale, _SCALE), (_by_shift, _SHIFT)])
+def test_contextvar_value_is_read_on_every_call_in_the_callers_context(fn, var):
+    """A ContextVar's value (`var.get()`, `var.get(default)`) changes with no version tag and
+    differs between threads: each call must see its own context's value (torch 2.14 guards it
+    natively; earlier Dynamo cannot trace the call, and the path runs eagerly)."""
+    f = trident.jit(fn)
+    for val in (None, 3, 3, -1, None, 3):
+        tok = var.set(val) if val is not None else None
+        try:
+            x = torch.randn(4)
+            assert torch.equal(f(x), fn(x)), val
+        finally:
+            if tok is not None:
+                var.reset(tok)
+    # another thread starts from an empty context: the default, not this thread's value
+    tok = var.set(11)
+    try:
+        out = {}
+        t = threading.Thread(target=lambda: out.update(r=(f(torch.ones(2)), fn(torch.ones(2)))))
+        t.start()
+        t.join()
+        assert torch.equal(*out["r"]) and not torch.equal(out["r"][0], f(torch.ones(2)))
+        ctx = contextvars.copy_context()
+        ctx.run(var.set, 6)
+        x = torch.ones(2)
+        assert torch.equal(ctx.run(f, x), ctx.run(fn, x)) and torch.equal(f(x), fn(x))
+        assert not torch.equal(ctx.run(f, x), f(x))  # 6 there, 11 here
+    finally:
+        var.reset(tok)
+    st = trident.stats(f)
+    if hasattr(torch._dynamo.source, "ContextVarGetSource"):
+        assert st["eager_paths"] == [] and sum(st["hits"]) >= 3, st
+        assert ".get(" in trident.explain(f)

@@ -453,10 +453,13 @@ def test_hasattr_guard_is_native():
     call(with_bias)
     call(Obj())
     other = Obj()
-    other.bias = torch.randn(2)  # present, of another type: a miss on the value's type guard
+    other.bias = torch.randn(2)  # present, of another type
     call(other)
     st = trident.stats(f)
-    assert st["hits"][:2] == [2, 1], st
+    # torch <= 2.13 also guards the attribute's value (a miss, a third version); 2.14 guards
+    # only hasattr (a hit of version 0)
+    assert st["hits"][:2] in ([2, 1], [3, 1]), st
+    assert (st["hits"][0] == 3) == (st["versions"] == 2), st
     assert st["fallbacks"] == 0
     text = trident.explain(f)
     assert "hasattr(L['obj'], 'bias')" in text

@@ -216,6 +216,10 @@ class _Describer:
                 keys.append(k.vt.as_python_constant() if hasattr(k, "vt") else k)
                 values.append(walk(v, depth + 1))
             return DictOf(tuple(keys), tuple(values))
+        if (name == "OrderedDictVariable" and getattr(vt, "source", None) is None
+                and vt.python_type() is collections.OrderedDict):
+            # torch 2.14 (an OrderedDict the function made; 2.13 reports it as a user object)
+            return self.dict_of(collections.OrderedDict, vt, depth)
         if (name == "GetAttrVariable" and isinstance(vt.obj, TensorVariable)
                 and isinstance(vt.name, str) and vt.name.isidentifier()):
             # an attribute Dynamo reads when it returns it (a numpy array's .strides)
@@ -246,16 +250,7 @@ class _Describer:
                 elif hasattr(vt, "_base_vt") and isinstance(vt._base_vt, ConstDictVariable) \
                         and _plain_type(cls, dict) \
                         and not issubclass(cls, collections.defaultdict):  # its factory
-                    keys, values = [], []
-                    for k, v in vt._base_vt.items.items():
-                        keys.append(k.vt.as_python_constant() if hasattr(k, "vt") else k)
-                        values.append(walk(v, depth + 1))
-                    if not all(type(k) in (str, int) for k in keys):
-                        raise UnsupportedError(f"a returned {cls.__qualname__} has keys that "
-                                               "are not constant strings or ints")
-                    return Rebuild(rebuild.dict_of, ("cls", "keys", "values"),
-                                   (RebuildArg(cls), RebuildArg(tuple(keys)),
-                                    Seq("tuple", tuple(values))))
+                    return self.dict_of(cls, vt._base_vt, depth)
                 return self.new_object(vt, depth)
             src = getattr(vt, "source", None)
             # A pre-existing object returned as itself (a KV cache passed in).  Loaded after
@@ -269,6 +264,19 @@ class _Describer:
                 return Const(v)
         src = getattr(vt, "source", None)
         raise UnsupportedError(f"a returned {name}" + (f" ({src.name})" if src is not None else ""))
+
+    def dict_of(self, cls, dvt, depth: int) -> Rebuild:
+        """A dict of class `cls` (a plain subclass) the function made, from the items of
+        Dynamo's dict variable `dvt`: constant str/int keys, each value described."""
+        keys, values = [], []
+        for k, v in dvt.items.items():
+            keys.append(k.vt.as_python_constant() if hasattr(k, "vt") else k)
+            values.append(self.walk(v, depth + 1))
+        if not all(type(k) in (str, int) for k in keys):
+            raise UnsupportedError(f"a returned {cls.__qualname__} has keys that "
+                                   "are not constant strings or ints")
+        return Rebuild(rebuild.dict_of, ("cls", "keys", "values"),
+                       (RebuildArg(cls), RebuildArg(tuple(keys)), Seq("tuple", tuple(values))))
 
     def new_object(self, vt, depth: int) -> NewObject:
         if id(vt) in self.seen_new:

@@ -70,6 +70,10 @@ class _VersionGen:
         elif isinstance(src, ir.CallNoArgs):
             b = self.load(src.base)
             expr = f"trt_call_noargs({b})"
+        elif isinstance(src, ir.ContextVarGet):
+            b = self.load(src.base)
+            d = "NULL" if src.default_const is None else self.K(src.default_const)
+            expr = f"trt_contextvar_get({b}, {d})"
         elif isinstance(src, ir.DictEntryAt):
             b = self.load(src.base)
             expr = f"trt_dict_entry_at({b}, {src.index}, {int(src.value)})"

@@ -125,6 +125,11 @@ class SourceConverter:
             return ir.TypeOf(self(src.base))
         if cls == "CallFunctionNoArgsSource":
             return ir.CallNoArgs(self(src.base))
+        if cls == "ContextVarGetSource":  # `var.get()`, `var.get(default)` (torch 2.14)
+            if not src.has_default:
+                return ir.ContextVarGet(self(src.base))
+            d = src.default_value
+            return ir.ContextVarGet(self(src.base), self.consts.add(d), _describe(d))
         if cls == "CallMethodItemSource":  # `t.item()`, called when the guards run
             return ir.CallNoArgs(ir.Attr(self(src.base), "item"))
         if (cls == "ConstDictKeySource" and type(src.index) is int
@@ -550,13 +555,15 @@ def _expr(node, mapping, conv, text) -> ir.SymExpr:
             and isinstance(node.args[0], ast.Name) and node.args[0].id in mapping):
         # Dynamo's NaN specialization of a float symbol (a 0-d tensor's `.item()`)
         return ir.SymLeaf(ir.FloatIsNan(conv(mapping[node.args[0].id])))
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-            and node.func.id in ("max", "min", "abs") and not node.keywords):
-        if node.func.id == "abs" and len(node.args) == 1:
+    # max/min/abs; torch 2.14 prints sympy's Max/Min as `torch.sym_max(a, b)` (two arguments)
+    fname = ast.unparse(node.func) if isinstance(node, ast.Call) else None
+    fname = {"torch.sym_max": "max", "torch.sym_min": "min"}.get(fname, fname)
+    if fname in ("max", "min", "abs") and not node.keywords:
+        if fname == "abs" and len(node.args) == 1:
             return ir.UnOp("abs", rec(node.args[0]))
-        if len(node.args) >= 2:
+        if fname != "abs" and len(node.args) >= 2:
             acc = rec(node.args[0])
             for a in node.args[1:]:
-                acc = ir.BinOp(node.func.id, acc, rec(a))
+                acc = ir.BinOp(fname, acc, rec(a))
             return acc
     raise UnsupportedError(f"shape guard {text!r}: cannot translate {ast.dump(node)[:80]}")

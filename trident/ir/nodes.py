@@ -138,8 +138,22 @@ class GenericAttr:
         return f"object.__getattribute__({self.base}, {self.name!r})"
 
 
+@dataclass(frozen=True)
+class ContextVarGet:
+    """`base.get()` of a `contextvars.ContextVar` (`base.get(default)` with the constant
+    `default_const`; Dynamo's ContextVarGetSource, torch 2.14): read on every call, as the
+    value depends on the calling thread's context.  Unset with no default: the guard fails."""
+
+    base: "Source"
+    default_const: int | None = None
+    default_desc: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.base}.get({self.default_desc})"
+
+
 Source = Union[Local, Global, ConstObj, Attr, Item, DictItem, TypeOf, CallNoArgs, DictEntryAt,
-               GenericAttr]
+               GenericAttr, ContextVarGet]
 
 # ------------------------------------------------ integer-valued properties
 

@@ -192,6 +192,16 @@ PyObject *trt_call_noargs(PyObject *o) {
   return r;
 }
 
+PyObject *trt_contextvar_get(PyObject *var, PyObject *dflt) {
+  if (!var || !PyContextVar_CheckExact(var)) return NULL;
+  PyObject *v = NULL;
+  if (PyContextVar_Get(var, dflt, &v) < 0) {
+    trt_guard_clear();
+    return NULL;
+  }
+  return v;
+}
+
 int trt_logger_quiet(PyObject *lg, PyObject *n_disabled, PyObject *n_cache, PyObject *n_enabled,
                      PyObject *level) {
   if (!lg) return 0;

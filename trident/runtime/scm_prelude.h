@@ -129,6 +129,10 @@ PyObject *trt_dict_entry_at(PyObject *d, Py_ssize_t i, int value);
 /* `o()` as a new reference; NULL (no error set) when o is NULL or raises. */
 PyObject *trt_call_noargs(PyObject *o);
 
+/* `var.get()` (dflt NULL) or `var.get(dflt)` of a contextvars.ContextVar, as a new
+   reference; NULL (no error set) when `var` is not a ContextVar or is unset with no default. */
+PyObject *trt_contextvar_get(PyObject *var, PyObject *dflt);
+
 /* `not logger.isEnabledFor(level)`, read as Logger.isEnabledFor reads it:
    `disabled`, then the level's entry in `_cache` (cleared by logging on any
    level change); a level not cached yet asks isEnabledFor itself. */
