@@ -34,8 +34,9 @@ Functions (CPU; `--device cuda` runs the same on the GPU):
 - `--grow N`: the pointwise function with N shapes, so that later misses rebuild an SCM of
   many versions: the phases of the first and last five misses.
 
-The first call of the process pays Dynamo's and the runtime's imports: it is a warm-up on
-another function, not counted.  Trident and Inductor build in fresh temporary caches (both
+The first calls of the process pay Dynamo's and the runtime's imports and the first
+recompile with symbolic sizes: they are a warm-up on other functions (two shapes each, Trident
+and Inductor), not counted.  Trident and Inductor build in fresh temporary caches (both
 compile a new shape's code cold).  The report, with date, commit and machine, goes to
 benchmarks/results/latest/miss_profile.md unless --out says otherwise.
 """
@@ -374,9 +375,13 @@ def main():
     torch.set_num_threads(1 if a.device == "cpu" else torch.get_num_threads())
     loads = [_load_average()]
     t = time.perf_counter()
-    warm = trident.jit(lambda x: x + 1)  # imports Dynamo, builds or loads the runtime
-    warm(torch.ones(3, device=a.device))
-    torch.compile(lambda x: x - 1)(torch.ones(3, device=a.device))
+    # imports Dynamo, builds or loads the runtime; the second shape's recompile is the first
+    # with symbolic sizes (sympy's and the ShapeEnv's first use), which the first case measured
+    # would otherwise pay, whichever of Trident and Inductor ran it first
+    warm, warm_ind = trident.jit(lambda x: x + 1), torch.compile(lambda x: x - 1)
+    for n in (3, 5):
+        warm(torch.ones(n, 2, device=a.device))
+        warm_ind(torch.ones(n, 2, device=a.device))
     if a.background:  # the background cache's shared objects (scm_main.c, the prelude)
         from trident import config
 
