@@ -242,3 +242,34 @@ def test_one_variant_object_for_many_keys_launches_each_with_its_values(rt):
     for (row, packed), n in zip(got, (3, 5, 3, 7)):
         assert row == 1
         assert words(packed)[1][:4] == struct.pack("<i", n)
+
+
+@pytest.mark.parametrize("meta, refused", [
+    ({}, None),
+    ({"instrumentation_mode": ""}, None),
+    ({"global_scratch_size": 128}, "scratch"),
+    ({"profile_scratch_size": 64}, "scratch"),
+    ({"tensordesc_meta": [{"block": 1}]}, "tensor descriptors"),
+    # Triton 3.8's TRITON_INSTRUMENTATION_MODE=gsan passes one more kernel parameter
+    ({"instrumentation_mode": "gsan"}, "instrumentation"),
+])
+def test_compiled_kernels_outside_the_launch_abi_are_refused(meta, refused):
+    from types import SimpleNamespace
+
+    from trident.errors import UnsupportedError
+    from trident.triton.launch import check_metadata
+
+    def kern():
+        pass
+
+    res = SimpleNamespace(jit=SimpleNamespace(fn=kern),
+                          compiled=SimpleNamespace(metadata=SimpleNamespace(**meta),
+                                                   asm={"cubin": b"\x7fELF"}))
+    if refused is None:
+        check_metadata(res)
+    else:
+        with pytest.raises(UnsupportedError, match=refused):
+            check_metadata(res)
+    res.compiled.asm = {"ptx": "..."}  # no CUBIN: not an NVIDIA target
+    with pytest.raises(UnsupportedError):
+        check_metadata(res)

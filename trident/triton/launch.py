@@ -117,6 +117,12 @@ def check_metadata(res: Resolved) -> None:
         raise UnsupportedError(f"{res.jit.fn.__qualname__} needs scratch memory")
     if getattr(md, "tensordesc_meta", None):
         raise UnsupportedError(f"{res.jit.fn.__qualname__} uses tensor descriptors")
+    mode = getattr(md, "instrumentation_mode", "") or ""
+    if mode:
+        # TRITON_INSTRUMENTATION_MODE (Triton 3.8's gsan adds a kernel parameter after the
+        # signature's; the others need profile scratch or hooks)
+        raise UnsupportedError(f"{res.jit.fn.__qualname__} was compiled with Triton "
+                               f"instrumentation ({mode!r}): its launch is not Triton 3.6's ABI")
     if not res.compiled.asm.get("cubin"):
         raise UnsupportedError("the compiled kernel has no CUBIN (not an NVIDIA target)")
 
