@@ -216,9 +216,10 @@ class _Describer:
                 keys.append(k.vt.as_python_constant() if hasattr(k, "vt") else k)
                 values.append(walk(v, depth + 1))
             return DictOf(tuple(keys), tuple(values))
-        if (name == "OrderedDictVariable" and getattr(vt, "source", None) is None
+        if (isinstance(vt, ConstDictVariable) and getattr(vt, "source", None) is None
                 and vt.python_type() is collections.OrderedDict):
-            # torch 2.14 (an OrderedDict the function made; 2.13 reports it as a user object)
+            # an OrderedDict the function made: torch 2.12's ConstDictVariable of that class,
+            # 2.14's OrderedDictVariable (2.13 reports it as a user object, below)
             return self.dict_of(collections.OrderedDict, vt, depth)
         if (name == "GetAttrVariable" and isinstance(vt.obj, TensorVariable)
                 and isinstance(vt.name, str) and vt.name.isidentifier()):
