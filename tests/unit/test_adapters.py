@@ -125,6 +125,31 @@ def test_math_prod_over_a_generator(h):
     assert trident.stats(f)["fallbacks"] == 0
 
 
+# --- a Python bool in symbolic arithmetic (torch < 2.13) ---------------------
+
+
+def _count_unknown_dims(x):
+    # einops' unpack: over a dynamic size and a static one, sum() adds a SymBool and then a
+    # Python bool to the SymInt it has so far
+    if sum(s == -1 for s in x.size()) == 0:
+        return x + 1
+    return x - 1
+
+
+def _bool_operands(x):
+    n, m = x.size()
+    k = (n + False) * True - (True - n) + (False + (m == n)) * (n - True) + (True * n)
+    return x * k
+
+
+@pytest.mark.parametrize("fn", [_count_unknown_dims, _bool_operands])
+def test_a_bool_operand_of_symbolic_arithmetic_is_an_int(h, fn):
+    f = trident.jit(fn)
+    for shape in ((10, 10), (10, 10), (6, 10), (4, 10), (10, 10)):
+        h.check(f, fn, h.rand(*shape))
+    assert trident.stats(f)["fallbacks"] == 0
+
+
 # --- globals copied from another module (FlagGems' generated wrappers) ------
 
 _GEN_SRC = '''

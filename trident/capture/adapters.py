@@ -66,6 +66,13 @@ call time, so nothing it assumes goes unguarded.
   Dynamo knows how it reached the function (or an enclosing frame's, for a
   generator expression), else through an alias that lives only while the
   capture runs, the version then reading the dict as a constant.
+* **A Python bool in symbolic arithmetic** (torch < 2.13; seen on 2.12).  `SymInt +
+  False` (`sum(s == -1 for s in x.size())` over a dynamic size and a static
+  one: einops' unpack) makes the sympy expression `Add(0, false)`, which
+  sympy folds to `false`, so `... == 0` is decided False at trace time and
+  the version takes the other branch, unguarded.  For `+ - *` on
+  SymInt/SymFloat/SymBool a bool operand is taken as the int it is (torch
+  2.13's own rule), as Python computes it.
 """
 
 from __future__ import annotations
@@ -387,6 +394,17 @@ def _wrap_math_prod(orig):
         return orig(self, value)
 
     return _wrap
+
+
+def _bool_as_int(orig):
+    def op(self, other):
+        # torch < 2.13 promotes a SymBool operand of + - * to an int but keeps a Python
+        # bool one, which then becomes sympy's `true`/`false` inside Add/Mul.
+        if type(other) is bool:
+            other = int(other)
+        return orig(self, other)
+
+    return op
 
 
 # Functions computing the smallest power of two >= n, by (module, qualified name): Triton's
@@ -821,6 +839,10 @@ ADAPTERS: tuple = (
     Adapter("globals that are not their named module's", f"{_DYNAMO}.symbolic_convert",
             "InliningInstructionTranslator.get_globals_source_and_value", _foreign_globals,
             own=True),
+    *(Adapter(f"a bool operand of {cls}.{op} taken as an int", "torch", f"{cls}.{op}",
+              _bool_as_int, end="2.13", own=True)
+      for cls in ("SymInt", "SymFloat", "SymBool")
+      for op in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__")),
 )
 
 
