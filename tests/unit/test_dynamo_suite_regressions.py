@@ -214,6 +214,10 @@ class _OD(collections.OrderedDict):
     pass
 
 
+class _D(dict):
+    pass
+
+
 @pytest.mark.parametrize("name, fn", [
     ("deque", lambda a, b: collections.deque([a + 1, "s", b], maxlen=5)),
     ("set", lambda a, b: ({1, 2, 3}, a + b)),
@@ -222,6 +226,7 @@ class _OD(collections.OrderedDict):
     ("structseq", lambda a, b: torch.max(a + b, 0)),
     ("OrderedDict", lambda a, b: collections.OrderedDict(s=a + 1, t=b)),
     ("OrderedDict subclass", lambda a, b: _OD(s=a - b)),
+    ("dict subclass", lambda a, b: _D(s=a * b, n=3)),  # torch 2.11: UserDefinedDictVariable
 ])
 def test_returned_python_objects_run_natively(h, name, fn):
     f = trident.jit(h.fresh(fn))

@@ -248,10 +248,10 @@ class _Describer:
                 cls = vt.python_type()
                 if mutations.get(vt):
                     pass  # attributes of its own: new_object says why (or rebuilds a dataclass)
-                elif hasattr(vt, "_base_vt") and isinstance(vt._base_vt, ConstDictVariable) \
+                elif isinstance(base := _dict_part(vt), ConstDictVariable) \
                         and _plain_type(cls, dict) \
                         and not issubclass(cls, collections.defaultdict):  # its factory
-                    return self.dict_of(cls, vt._base_vt, depth)
+                    return self.dict_of(cls, base, depth)
                 return self.new_object(vt, depth)
             src = getattr(vt, "source", None)
             # A pre-existing object returned as itself (a KV cache passed in).  Loaded after
@@ -337,6 +337,15 @@ def _item_path(src) -> bool:
     while isinstance(src, (DictGetItemSource, GetItemSource)):
         src = src.base
     return type(src) is LocalSource
+
+
+def _dict_part(vt):
+    """The dict variable holding the items of a dict-subclass object Dynamo tracks
+    (`_base_vt` from torch 2.12, UserDefinedDictVariable's `_dict_vt` in 2.11), else None."""
+    base = getattr(vt, "_base_vt", None)
+    if base is None and type(vt).__name__ == "UserDefinedDictVariable":
+        base = getattr(vt, "_dict_vt", None)
+    return base
 
 
 def _unrealized_source(vt):
