@@ -130,3 +130,34 @@ def test_integer_constant_beyond_int64_is_not_wrapped(h, record_warnings):
         for _ in range(3):
             h.check(f, fn, h.rand(2, 3), 2 ** 63)
             h.check(f, fn, h.rand(2, 3), 2 ** 63 + 4096)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_float_of_a_dynamic_size_passed_to_an_operator_stays_compiled(h, record_warnings, dtype):
+    # torch.sym_float in the graph: the int computed natively, passed as a double (an int
+    # tensor plus a float scalar is a float tensor, as in eager)
+    def fn(x):
+        return x * float(x.size(0) - 1) + float(x.size(1)), torch.full((2,), float(x.size(0)))
+
+    f = trident.jit(h.fresh(fn))
+    with record_warnings():
+        for n in (3, 5, 7, 2, 5):  # static, then dynamic sizes
+            out = h.check(f, fn, h.rand(n, 4, dtype=dtype), exact=True)
+            assert out[0].dtype == torch.float32
+    _stays_compiled(f)
+    assert sum(trident.stats(f)["hits"]) >= 2
+
+
+def test_float_arithmetic_on_a_dynamic_size_runs_eagerly_with_eagers_result(h, record_warnings):
+    # float(n) * 0.5 is float arithmetic, which the native program does not do: that path runs
+    # eagerly (a reason is given), never with an int product
+    def fn(x):
+        return x * (float(x.size(0)) * 0.5)
+
+    f = trident.jit(h.fresh(fn))
+    with record_warnings():
+        for n in (3, 5, 7):
+            h.check(f, fn, h.rand(n, dtype=torch.int64), exact=True)
+    reasons = " ".join(str(r) for r in trident.stats(f)["eager_paths"]) + \
+        str(trident.stats(f)["fallback_reason"])
+    assert "float" in reasons, trident.stats(f)

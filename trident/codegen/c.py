@@ -317,7 +317,10 @@ class _VersionGen:
             miss = f"FAIL({len(self.v.guards)})"
             self.lines.append(f"  ok = 1; {ins.var} = {self.expr(ins.expr)}; "
                               f"if (!ok) {late if self.side_effects else miss};")
-            self.lines.append(f"  api->frame_set_int(F, {ins.slot}, {ins.var});")
+            if ins.as_float:  # Python's float(int): C's conversion rounds to nearest too
+                self.lines.append(f"  api->frame_set_double(F, {ins.slot}, (double){ins.var});")
+            else:
+                self.lines.append(f"  api->frame_set_int(F, {ins.slot}, {ins.var});")
         elif isinstance(ins, ir.SymFromSlot):
             self.lines.insert(0, f"  int64_t {ins.var} = 0;")
             self.lines.append(f"  {ins.var} = api->frame_get_int(F, {ins.slot});")

@@ -38,7 +38,9 @@ class _Lowering:
         self.plan = LoweringPlan()  # the FX-graph analyses' decisions (ir/passes)
         self.program: list = []
         self.nslots = 0
-        self.vals: dict = {}  # fx node -> ("slot", i) | ("sym", var, slot) | ("multi", [slots])
+        # fx node -> ("slot", i) | ("sym", var, slot) | ("fslot", i) (a sym_float's double)
+        # | ("multi", [slots])
+        self.vals: dict = {}
         self.nsym = 0
         self.launches: list = []
         self.nlaunch = 0
@@ -116,6 +118,8 @@ class _Lowering:
                 self.program.append(ir.SymFromSlot(var, v[1]))
                 self.vals[a] = ("sym", var, v[1])
                 return ir.SymVar(var)
+            if v[0] == "fslot":
+                raise UnsupportedError("symbolic arithmetic on a float (torch.sym_float)")
             raise UnsupportedError("symbolic arithmetic on a multi-output value")
         if isinstance(a, bool) or isinstance(a, int):
             return ir.IntConst(int(a))
@@ -242,6 +246,8 @@ class _Lowering:
     def getitem(self, node) -> None:
         base, idx = node.args
         v = self.vals[base]
+        if v[0] in ("sym", "fslot"):
+            raise UnsupportedError("an item of a number")
         if v[0] == "multi":
             self.vals[node] = ("slot", v[1][idx])
         else:
@@ -335,6 +341,16 @@ class _Lowering:
                                                 self.sym_operand(b)))
         elif t in _SYM_UNOPS:
             self.vals[node] = self.sym(ir.UnOp(_SYM_UNOPS[t], self.sym_operand(node.args[0])))
+        elif t is torch.sym_float:
+            # float(n) of a symbolic int, passed to an operator (x + float(n)): the int
+            # computed in C, stored in its slot as a double (Python's float(int), rounded to
+            # nearest).  Float arithmetic on it is refused (sym_operand).
+            var = f"s{self.nsym}"
+            self.nsym += 1
+            s = self.slot()
+            self.program.append(ir.SymDef(var, self.sym_operand(node.args[0]), s,
+                                          as_float=True))
+            self.vals[node] = ("fslot", s)
         elif t is getattr(torch, "sym_sum", None):
             (terms,) = node.args
             if not terms:
@@ -380,6 +396,8 @@ def lower(cap, conv, consts, rt, guards) -> tuple:
                 out_vals.append(ir.OutSym(v[1]))
             elif v[0] == "slot":
                 out_vals.append(ir.OutSlot(v[1]))
+            elif v[0] == "fslot":
+                raise UnsupportedError("a returned symbolic float")
             else:
                 raise UnsupportedError("multi-output value returned")
         else:

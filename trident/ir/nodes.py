@@ -546,13 +546,17 @@ class LoadScalar:
 
 @dataclass(frozen=True)
 class SymDef:
-    """A C integer computed from sizes: `var = expr`; mirrored in slot."""
+    """A C integer computed from sizes: `var = expr`; mirrored in slot (as a double where
+    `as_float`: `torch.sym_float`, Python's float() of the int, for an operator argument)."""
 
     var: str
     expr: SymExpr
     slot: int
+    as_float: bool = False
 
     def __str__(self) -> str:
+        if self.as_float:
+            return f"%{self.slot} = float({self.var} = {self.expr})"
         return f"%{self.slot} = {self.var} = {self.expr}"
 
 
