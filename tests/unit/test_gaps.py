@@ -7,6 +7,8 @@ call is slow.  They are strict xfails so that a fix shows up as XPASS."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -148,16 +150,57 @@ def test_float_of_a_dynamic_size_passed_to_an_operator_stays_compiled(h, record_
     assert sum(trident.stats(f)["hits"]) >= 2
 
 
-def test_float_arithmetic_on_a_dynamic_size_runs_eagerly_with_eagers_result(h, record_warnings):
-    # float(n) * 0.5 is float arithmetic, which the native program does not do: that path runs
-    # eagerly (a reason is given), never with an int product
-    def fn(x):
-        return x * (float(x.size(0)) * 0.5)
 
+# Python float arithmetic on sizes, computed natively as C doubles (ir.FloatDef).  Each is
+# exact against eager (the same IEEE operations; Python's round-half-even, floor, trunc).
+_FLOAT_SIZE_FNS = {
+    "float_times_half": lambda x: x * (float(x.size(0)) * 0.5),
+    "reciprocal": lambda x: x * (1.0 / x.size(0)),
+    "int_true_division": lambda x: torch.full((2,), x.size(0) / 3),
+    "rsqrt_pow": lambda x: x * x.size(0) ** -0.5,
+    "math_sqrt": lambda x: x * math.sqrt(x.size(0)),
+    "mixed": lambda x: x * (-(x.size(0) / 3) + 0.1 * x.size(0) - x.size(0) / 7.0),
+    "int_of_float": lambda x: x * int(x.size(0) * 0.7),
+    "floor_ceil_round": lambda x: x * math.floor(x.size(0) / 3) + math.ceil(x.size(0) / 3)
+    + round(x.size(0) / 4),
+    "int_pow": lambda x: x * x.size(0) ** 2 + 2 ** x.size(0),
+    "int_pow_negative": lambda x: x * x.size(0) ** -1,
+}
+
+
+@pytest.mark.parametrize("name", sorted(_FLOAT_SIZE_FNS))
+def test_float_arithmetic_on_a_dynamic_size_stays_compiled(h, record_warnings, name):
+    fn = _FLOAT_SIZE_FNS[name]
     f = trident.jit(h.fresh(fn))
     with record_warnings():
-        for n in (3, 5, 7):
-            h.check(f, fn, h.rand(n, dtype=torch.int64), exact=True)
-    reasons = " ".join(str(r) for r in trident.stats(f)["eager_paths"]) + \
-        str(trident.stats(f)["fallback_reason"])
-    assert "float" in reasons, trident.stats(f)
+        for n in (3, 5, 7, 2, 6, 10, 5):  # static, then dynamic sizes (6 and 10: round's ties)
+            h.check(f, fn, h.rand(n, dtype=torch.float64), exact=True)
+    _stays_compiled(f)
+    assert sum(trident.stats(f)["hits"]) >= 2, trident.stats(f)
+
+
+def _raises_as_eager(f, fn, x):
+    with pytest.raises(Exception) as eager_err:
+        fn(x.clone())
+    with pytest.raises(Exception) as ours:
+        f(x.clone())
+    assert type(ours.value) is type(eager_err.value), (ours.value, eager_err.value)
+    assert str(ours.value) == str(eager_err.value)
+
+
+@pytest.mark.parametrize("case", ["division_by_zero", "negative_sqrt", "pow_overflow"])
+def test_float_arithmetic_where_python_raises_gives_eagers_error(h, record_warnings, case):
+    # The native value fails, the call misses and runs as eager does (eager's exception), and
+    # the other sizes stay native.
+    fn, good, bad = {
+        "division_by_zero": (lambda x: x * (1.0 / (x.size(0) - 6)), (2, 3, 4, 9, 5), 6),
+        "negative_sqrt": (lambda x: x * math.sqrt(x.size(0) - 8), (8, 9, 12, 15, 10), 7),
+        "pow_overflow": (lambda x: x * 10.0 ** (x.size(0) * 30), (2, 3, 4, 9, 5), 11)}[case]
+    f = trident.jit(h.fresh(fn))
+    with record_warnings():
+        for n in good[:-1]:
+            h.check(f, fn, h.rand(n, dtype=torch.float64), exact=True)
+        _raises_as_eager(f, fn, h.rand(bad, dtype=torch.float64))
+        h.check(f, fn, h.rand(good[-1], dtype=torch.float64), exact=True)
+    _stays_compiled(f)
+    assert sum(trident.stats(f)["hits"]) >= 2, trident.stats(f)

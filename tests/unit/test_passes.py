@@ -108,6 +108,36 @@ def test_integers_of_the_inputs_move_first_and_int_arguments_are_checked():
     assert c.index("s1 = trt_mul(") < c.index("api->frame_set_tensor(F, 1")
 
 
+def test_floats_of_the_inputs_move_first_and_their_ints_are_checked():
+    # A FloatDef of the inputs' sizes and ints moves first (its failure is then a miss, not
+    # the late error after the clamp_); one reading an operator's integer stays in place.
+    x, m = ir.Local(0, "x"), ir.Local(2, "m")
+    size = ir.SymLeaf(ir.TensorSize(x, 0))
+    program = (
+        ir.LoadTensor(0, x),
+        ir.Call("aten::clamp_", "", (ir.Slot(0), ir.ConstArg("int", 0)), (1,), True),
+        ir.SymFromSlot("s0", 1),
+        ir.FloatDef("f1", ir.FloatBin("/", ir.FloatConst(1.0), ir.FloatOf(size)), 2),
+        ir.FloatDef("f2", ir.FloatUn("sqrt", ir.FloatOf(ir.SymVar("s0"))), 3),
+        ir.SymDef("s3", ir.IntOfFloat("floor", ir.IntDiv(ir.SymLeaf(ir.PyInt(m)),
+                                                          ir.IntConst(3))), 4),
+        ir.FloatDef("f4", ir.FloatBin("**", ir.FloatVar("f1"), ir.FloatConst(-0.5)), 5),
+    )
+    tm = ir.TensorMatch(x, 1, "Tensor", 6, "float32", 0, -1, "cpu", False, 1, (None,), (1,))
+    v = passes.run(_version([tm], program))
+    assert [getattr(i, "var", None) for i in v.program] == [
+        "f1", "s3", "f4", None, None, "s0", "f2"]
+    assert v.int_checks == (m,)
+    text = print_version(v)
+    assert "%2 = f1 = (1.0 / float(L['x'].size(0)))" in text
+    assert "%4 = s3 = floor((int(L['m']) / 3))" in text
+    c = generate_version(v).text
+    for piece in ("trt_fdiv((0x1.0000000000000p+0), ((double)", "trt_fsqrt(((double)s0), &ok)",
+                  "trt_float_to_int(trt_idiv(", "trt_fpow(f1, (-0x1.0000000000000p-1), &ok)",
+                  "api->frame_set_double(F, 5, f4);"):
+        assert piece in c, piece
+
+
 def test_lowering_reads_no_knob_and_codegen_decides_nothing():
     import trident.codegen.c as c
     import trident.ir.lower as lower

@@ -39,6 +39,9 @@ from .tables import Tables, braced, cstr
 from .unit import SCMSource, Unit
 
 
+# ir.IntOfFloat's operations, as trt_float_to_int's `mode` (scm_prelude.h)
+_ROUNDING = {"trunc": 0, "floor": 1, "ceil": 2, "round": 3}
+
 class _VersionGen:
     """The printer of one version's function body: a method per kind of node (`load` for
     sources, `expr` for integer expressions, `guard` / `env_check`, `instr`, `out`), each
@@ -137,8 +140,12 @@ class _VersionGen:
         if isinstance(e, ir.UnOp):
             a = sub(e.operand)
             return {"-": f"trt_neg({a}, &ok)", "not": f"(!{a})", "abs": f"trt_abs({a}, &ok)"}[e.op]
+        if isinstance(e, ir.IntOfFloat):
+            return f"trt_float_to_int({self.fexpr(e.operand)}, {_ROUNDING[e.op]}, &ok)"
         if isinstance(e, ir.BinOp):
             a, b = sub(e.lhs), sub(e.rhs)
+            if e.op == "**":
+                return f"trt_ipow({a}, {b}, &ok)"
             if e.op == "//":
                 return f"trt_floordiv({a}, {b}, &ok)"
             if e.op == "%":
@@ -152,6 +159,33 @@ class _VersionGen:
             op = {"and": "&&", "or": "||"}.get(e.op, e.op)
             return f"({a} {op} {b})"
         raise UnsupportedError(f"cannot emit expression {e}")
+
+    def fexpr(self, e) -> str:
+        """C (a double) of the float expression `e` (ir.FloatExpr); see scm_prelude.h."""
+        if isinstance(e, ir.FloatVar):
+            return e.name
+        if isinstance(e, ir.FloatConst):
+            v = e.value
+            if v != v:
+                return "((double)NAN)"
+            if v in (float("inf"), float("-inf")):
+                return "((double)INFINITY)" if v > 0 else "(-(double)INFINITY)"
+            return f"({v.hex()})"  # exact: C99 hexadecimal floating constant
+        if isinstance(e, ir.FloatOf):
+            return f"((double){self.expr(e.expr)})"
+        if isinstance(e, ir.IntDiv):
+            return f"trt_idiv({self.expr(e.lhs)}, {self.expr(e.rhs)}, &ok)"
+        if isinstance(e, ir.FloatUn):
+            a = self.fexpr(e.operand)
+            return {"-": f"(-{a})", "sqrt": f"trt_fsqrt({a}, &ok)"}[e.op]
+        if isinstance(e, ir.FloatBin):
+            a, b = self.fexpr(e.lhs), self.fexpr(e.rhs)
+            if e.op == "/":
+                return f"trt_fdiv({a}, {b}, &ok)"
+            if e.op == "**":
+                return f"trt_fpow({a}, {b}, &ok)"
+            return f"({a} {e.op} {b})"
+        raise UnsupportedError(f"cannot emit float expression {e}")
 
     def shared_expr(self, e, prefix: str) -> tuple[list, str]:
         """`e` (a shape guard's, `ShapeGuard.shared` when passes/shared_subexpressions set it)
@@ -317,10 +351,16 @@ class _VersionGen:
             miss = f"FAIL({len(self.v.guards)})"
             self.lines.append(f"  ok = 1; {ins.var} = {self.expr(ins.expr)}; "
                               f"if (!ok) {late if self.side_effects else miss};")
-            if ins.as_float:  # Python's float(int): C's conversion rounds to nearest too
-                self.lines.append(f"  api->frame_set_double(F, {ins.slot}, (double){ins.var});")
-            else:
-                self.lines.append(f"  api->frame_set_int(F, {ins.slot}, {ins.var});")
+            self.lines.append(f"  api->frame_set_int(F, {ins.slot}, {ins.var});")
+        elif isinstance(ins, ir.FloatDef):
+            self.lines.insert(0, f"  double {ins.var} = 0;")
+            late = ("{ PyErr_SetString(PyExc_ArithmeticError, \"trident: a float of the "
+                    "version's program failed (a division by zero, a domain error or an "
+                    "overflow) after the program wrote to its arguments\"); goto error; }")
+            miss = f"FAIL({len(self.v.guards)})"
+            self.lines.append(f"  ok = 1; {ins.var} = {self.fexpr(ins.expr)}; "
+                              f"if (!ok) {late if self.side_effects else miss};")
+            self.lines.append(f"  api->frame_set_double(F, {ins.slot}, {ins.var});")
         elif isinstance(ins, ir.SymFromSlot):
             self.lines.insert(0, f"  int64_t {ins.var} = 0;")
             self.lines.append(f"  {ins.var} = api->frame_get_int(F, {ins.slot});")

@@ -7,6 +7,7 @@ arithmetic is native code; the slot mirror feeds operators that take them.
 
 from __future__ import annotations
 
+import math
 import operator
 
 import torch
@@ -24,9 +25,25 @@ _SYM_BINOPS = {
     operator.mod: "%", operator.eq: "==", operator.ne: "!=", operator.lt: "<",
     operator.le: "<=", operator.gt: ">", operator.ge: ">=", torch.sym_max: "max",
     torch.sym_min: "min", operator.or_: "|", operator.and_: "&", operator.xor: "^",
-    operator.lshift: "<<", operator.rshift: ">>",
+    operator.lshift: "<<", operator.rshift: ">>", operator.pow: "**",
 }
 _SYM_UNOPS = {operator.neg: "-", torch.sym_not: "not"}
+# Python float arithmetic on sizes and constants (a node whose value is a float): ir.FloatBin
+_FLOAT_BINOPS = {operator.add: "+", operator.sub: "-", operator.mul: "*",
+                 operator.truediv: "/", operator.pow: "**"}
+_SYM_SQRT = getattr(torch, "_sym_sqrt", None)
+# float -> int: ir.IntOfFloat
+_TO_INT = {math.trunc: "trunc", math.floor: "floor", math.ceil: "ceil", round: "round",
+           torch.sym_int: "trunc"}
+
+
+def _is_float(node) -> bool:
+    """Whether an FX node's value is a Python float (its example value, else its operands)."""
+    v = node.meta.get("val", node.meta.get("example_value"))
+    if v is not None:
+        return isinstance(v, (float, torch.SymFloat))
+    return any(isinstance(a, float) or (isinstance(a, torch.fx.Node) and _is_float(a))
+               for a in node.args)
 
 
 class _Lowering:
@@ -38,7 +55,7 @@ class _Lowering:
         self.plan = LoweringPlan()  # the FX-graph analyses' decisions (ir/passes)
         self.program: list = []
         self.nslots = 0
-        # fx node -> ("slot", i) | ("sym", var, slot) | ("fslot", i) (a sym_float's double)
+        # fx node -> ("slot", i) | ("sym", var, slot) | ("float", var, slot) (a double)
         # | ("multi", [slots])
         self.vals: dict = {}
         self.nsym = 0
@@ -55,6 +72,13 @@ class _Lowering:
         s = self.slot()
         self.program.append(ir.SymDef(var, expr, s))
         return ("sym", var, s)
+
+    def float(self, expr) -> tuple:
+        var = f"f{self.nsym}"
+        self.nsym += 1
+        s = self.slot()
+        self.program.append(ir.FloatDef(var, expr, s))
+        return ("float", var, s)
 
     # -- inputs
     def placeholder(self, node, gin) -> None:
@@ -118,12 +142,52 @@ class _Lowering:
                 self.program.append(ir.SymFromSlot(var, v[1]))
                 self.vals[a] = ("sym", var, v[1])
                 return ir.SymVar(var)
-            if v[0] == "fslot":
-                raise UnsupportedError("symbolic arithmetic on a float (torch.sym_float)")
+            if v[0] == "float":
+                raise UnsupportedError("integer arithmetic on a float value")
             raise UnsupportedError("symbolic arithmetic on a multi-output value")
         if isinstance(a, bool) or isinstance(a, int):
             return ir.IntConst(int(a))
         raise UnsupportedError(f"symbolic arithmetic on {type(a).__name__}")
+
+    def float_operand(self, a) -> ir.FloatExpr:
+        """`a` as a float: a float value, Python's float() of an integer one, a constant."""
+        if isinstance(a, torch.fx.Node):
+            v = self.vals[a]
+            if v[0] == "float":
+                return ir.FloatVar(v[1])
+            if v[0] == "slot" and _is_float(a):
+                raise UnsupportedError("float arithmetic on a float argument or operator result")
+            return ir.FloatOf(self.sym_operand(a))
+        if isinstance(a, float):
+            return ir.FloatConst(a)
+        if isinstance(a, (bool, int)):
+            try:
+                return ir.FloatConst(float(a))  # Python's conversion, as the operator's
+            except OverflowError:
+                raise UnsupportedError("an int constant beyond float in float arithmetic")
+        raise UnsupportedError(f"float arithmetic on {type(a).__name__}")
+
+    def float_node(self, node) -> None:
+        """A node whose value is a Python float, from sizes and constants."""
+        t = node.target
+        if t is torch.sym_float:
+            # float(n) of a symbolic int (x + float(n))
+            self.vals[node] = self.float(ir.FloatOf(self.sym_operand(node.args[0])))
+        elif t is _SYM_SQRT:
+            self.vals[node] = self.float(ir.FloatUn("sqrt", self.float_operand(node.args[0])))
+        elif t is operator.neg:
+            self.vals[node] = self.float(ir.FloatUn("-", self.float_operand(node.args[0])))
+        elif t in _FLOAT_BINOPS and len(node.args) == 2 and not node.kwargs:
+            a, b = node.args
+            if t is operator.truediv and not any(
+                    isinstance(x, float) or (isinstance(x, torch.fx.Node) and _is_float(x))
+                    for x in (a, b)):
+                e = ir.IntDiv(self.sym_operand(a), self.sym_operand(b))  # int / int
+            else:
+                e = ir.FloatBin(_FLOAT_BINOPS[t], self.float_operand(a), self.float_operand(b))
+            self.vals[node] = self.float(e)
+        else:
+            raise UnsupportedError(f"float operation {node.format_node()}")
 
     def arg(self, value, ty) -> ir.Arg:
         """Encode one operator argument for its schema type `ty`."""
@@ -132,7 +196,7 @@ class _Lowering:
             v = self.vals[value]
             if v[0] == "multi":
                 raise UnsupportedError("a tuple-valued node passed as an argument")
-            return ir.Slot(v[-1] if v[0] == "sym" else v[1])
+            return ir.Slot(v[-1] if v[0] in ("sym", "float") else v[1])
         if value is None:
             return ir.ConstArg("none", None)
         if isinstance(value, bool):
@@ -246,7 +310,7 @@ class _Lowering:
     def getitem(self, node) -> None:
         base, idx = node.args
         v = self.vals[base]
-        if v[0] in ("sym", "fslot"):
+        if v[0] in ("sym", "float"):
             raise UnsupportedError("an item of a number")
         if v[0] == "multi":
             self.vals[node] = ("slot", v[1][idx])
@@ -335,22 +399,22 @@ class _Lowering:
             self.call(node)
         elif t is operator.getitem:
             self.getitem(node)
+        elif (t in _FLOAT_BINOPS or t is operator.neg) and _is_float(node) \
+                or t is torch.sym_float or (t is _SYM_SQRT and t is not None):
+            self.float_node(node)
+        elif t in _TO_INT and not node.kwargs and (
+                len(node.args) == 1 or (t is round and node.args[1:] == (None,))):
+            a = node.args[0]
+            if isinstance(a, torch.fx.Node) and _is_float(a):
+                self.vals[node] = self.sym(ir.IntOfFloat(_TO_INT[t], self.float_operand(a)))
+            else:  # of an int: the int
+                self.vals[node] = self.sym(self.sym_operand(a))
         elif t in _SYM_BINOPS:
             a, b = node.args
             self.vals[node] = self.sym(ir.BinOp(_SYM_BINOPS[t], self.sym_operand(a),
                                                 self.sym_operand(b)))
         elif t in _SYM_UNOPS:
             self.vals[node] = self.sym(ir.UnOp(_SYM_UNOPS[t], self.sym_operand(node.args[0])))
-        elif t is torch.sym_float:
-            # float(n) of a symbolic int, passed to an operator (x + float(n)): the int
-            # computed in C, stored in its slot as a double (Python's float(int), rounded to
-            # nearest).  Float arithmetic on it is refused (sym_operand).
-            var = f"s{self.nsym}"
-            self.nsym += 1
-            s = self.slot()
-            self.program.append(ir.SymDef(var, self.sym_operand(node.args[0]), s,
-                                          as_float=True))
-            self.vals[node] = ("fslot", s)
         elif t is getattr(torch, "sym_sum", None):
             (terms,) = node.args
             if not terms:
@@ -396,8 +460,8 @@ def lower(cap, conv, consts, rt, guards) -> tuple:
                 out_vals.append(ir.OutSym(v[1]))
             elif v[0] == "slot":
                 out_vals.append(ir.OutSlot(v[1]))
-            elif v[0] == "fslot":
-                raise UnsupportedError("a returned symbolic float")
+            elif v[0] == "float":
+                out_vals.append(ir.OutSlot(v[2]))
             else:
                 raise UnsupportedError("multi-output value returned")
         else:

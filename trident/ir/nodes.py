@@ -240,7 +240,7 @@ class IntConst:
 class BinOp:
     """Integer or boolean binary op; `//` and `%` have Python's floor semantics."""
 
-    op: str  # + - * // % == != < <= > >= and or max min
+    op: str  # + - * // % ** == != < <= > >= and or max min
     lhs: "SymExpr"
     rhs: "SymExpr"
 
@@ -282,7 +282,112 @@ class SharedRef:
         return f"t{self.index}"
 
 
-SymExpr = Union[SymLeaf, SymVar, IntConst, BinOp, UnOp, Shared, SharedRef]
+@dataclass(frozen=True)
+class IntOfFloat:
+    """Python's math.trunc / floor / ceil, int() or round() of a float (`FloatExpr`); a value
+    beyond int64, inf or NaN fails (a miss)."""
+
+    op: str  # trunc floor ceil round
+    operand: "FloatExpr"
+
+    def __str__(self) -> str:
+        return f"{self.op}({self.operand})"
+
+
+SymExpr = Union[SymLeaf, SymVar, IntConst, BinOp, UnOp, Shared, SharedRef, IntOfFloat]
+
+# ------------------------------------------------- float expressions
+# Python's float arithmetic over sizes (`x.size(0) ** -0.5`, `1.0 / n`, `math.sqrt(n)`), as C
+# doubles: IEEE-754 + - * / and sqrt round as Python's do (the units are compiled with
+# -ffp-contract=off).  Where Python raises or leaves float (a division by zero, a negative
+# sqrt, pow's complex, overflow and domain errors, an int / int beyond 2**53) the value fails
+# (`ok = 0`): a miss, so that the call runs as eager does.
+
+
+@dataclass(frozen=True)
+class FloatVar:
+    """A float computed earlier in the program (`FloatDef`)."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class FloatConst:
+    value: float
+
+    def __str__(self) -> str:
+        return repr(self.value)
+
+
+@dataclass(frozen=True)
+class FloatOf:
+    """Python's float() of an integer (int64 -> double rounds to nearest, as Python's)."""
+
+    expr: SymExpr
+
+    def __str__(self) -> str:
+        return f"float({self.expr})"
+
+
+@dataclass(frozen=True)
+class IntDiv:
+    """Python's `int / int` (exact operands up to 2**53, where it is the double division)."""
+
+    lhs: SymExpr
+    rhs: SymExpr
+
+    def __str__(self) -> str:
+        return f"({self.lhs} / {self.rhs})"
+
+
+@dataclass(frozen=True)
+class FloatBin:
+    op: str  # + - * / **
+    lhs: "FloatExpr"
+    rhs: "FloatExpr"
+
+    def __str__(self) -> str:
+        return f"({self.lhs} {self.op} {self.rhs})"
+
+
+@dataclass(frozen=True)
+class FloatUn:
+    op: str  # - sqrt
+
+    operand: "FloatExpr"
+
+    def __str__(self) -> str:
+        return f"{self.op}({self.operand})"
+
+
+FloatExpr = Union[FloatVar, FloatConst, FloatOf, IntDiv, FloatBin, FloatUn]
+
+
+def float_int_parts(e) -> list:
+    """The integer expressions a float expression reads (`FloatOf`'s and `IntDiv`'s)."""
+    if isinstance(e, FloatOf):
+        return [e.expr]
+    if isinstance(e, IntDiv):
+        return [e.lhs, e.rhs]
+    if isinstance(e, FloatBin):
+        return float_int_parts(e.lhs) + float_int_parts(e.rhs)
+    if isinstance(e, FloatUn):
+        return float_int_parts(e.operand)
+    return []
+
+
+def float_vars(e) -> list:
+    """The names of the earlier floats (`FloatVar`) a float expression reads."""
+    if isinstance(e, FloatVar):
+        return [e.name]
+    if isinstance(e, FloatBin):
+        return float_vars(e.lhs) + float_vars(e.rhs)
+    if isinstance(e, FloatUn):
+        return float_vars(e.operand)
+    return []
 
 # ------------------------------------------------------------------ guards
 
@@ -546,17 +651,26 @@ class LoadScalar:
 
 @dataclass(frozen=True)
 class SymDef:
-    """A C integer computed from sizes: `var = expr`; mirrored in slot (as a double where
-    `as_float`: `torch.sym_float`, Python's float() of the int, for an operator argument)."""
+    """A C integer computed from sizes: `var = expr`; mirrored in slot."""
 
     var: str
     expr: SymExpr
     slot: int
-    as_float: bool = False
 
     def __str__(self) -> str:
-        if self.as_float:
-            return f"%{self.slot} = float({self.var} = {self.expr})"
+        return f"%{self.slot} = {self.var} = {self.expr}"
+
+
+@dataclass(frozen=True)
+class FloatDef:
+    """A C double computed from sizes and constants (`torch.sym_float`, float arithmetic on
+    sizes): `var = expr`; mirrored in slot, for an operator or a launch, or returned."""
+
+    var: str
+    expr: FloatExpr
+    slot: int
+
+    def __str__(self) -> str:
         return f"%{self.slot} = {self.var} = {self.expr}"
 
 
@@ -664,7 +778,8 @@ class LaunchSelect:
                 f"variants by K[{self.resolver_const}]")
 
 
-Instr = Union[LoadTensor, LoadScalar, SymDef, SymFromSlot, Call, ListItem, TritonLaunch]
+Instr = Union[LoadTensor, LoadScalar, SymDef, FloatDef, SymFromSlot, Call, ListItem,
+              TritonLaunch]
 
 # ------------------------------------------------------------------ output
 

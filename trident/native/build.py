@@ -789,7 +789,7 @@ def _scm_cmd(*head: str, opt: str = "-O2"):
 
     def cmd_for(srcs: list, out: str, tail: tuple = ()) -> list[str]:
         return [
-            config.c_compiler(), *head, "-fPIC", opt, "-std=c11",
+            config.c_compiler(), *head, "-fPIC", opt, "-std=c11", "-ffp-contract=off",
             "-fvisibility=hidden", "-Wall", "-Wno-unused-variable", "-Wno-unused-label",
             "-Wno-unused-function",
             f"-I{RUNTIME_DIR}", f"-I{_python_include()}", *srcs, *tail, "-o", out,
@@ -882,7 +882,8 @@ def build_scm(src) -> SCMBuild:
         inputs = (str(dobj), *(str(o) for o in _link_inputs(objects)))
 
         def cmd_for(srcs: list, out: str, inputs=inputs) -> list[str]:
-            return link([], out, inputs)  # the dispatcher's source stays beside, for reading
+            # the dispatcher's source stays beside, for reading; libm: sqrt, pow
+            return link([], out, (*inputs, "-lm"))
 
         try:
             so, linked = _build("scm", dfiles, cmd_for, "linking an SCM",

@@ -199,6 +199,58 @@ static inline int64_t trt_abs(int64_t a, int *ok) {
   return a < 0 ? -a : a;
 }
 
+/* Python's float arithmetic (ir.FloatExpr).  + - * are C's (IEEE-754, as Python's; units are
+   compiled with -ffp-contract=off, so no fused multiply-add changes a rounding).  Where Python
+   raises or leaves float, *ok = 0 (a miss: the call then runs as eager does). */
+#define TRT_EXACT_INT (INT64_C(1) << 53)
+/* int / int: Python divides exactly-rounded; for operands within 2**53 that is the double
+   division.  Beyond, or by zero (ZeroDivisionError), it fails. */
+static inline double trt_idiv(int64_t a, int64_t b, int *ok) {
+  if (b == 0 || a > TRT_EXACT_INT || a < -TRT_EXACT_INT || b > TRT_EXACT_INT ||
+      b < -TRT_EXACT_INT) { *ok = 0; return 0; }
+  return (double)a / (double)b;
+}
+static inline double trt_fdiv(double a, double b, int *ok) {
+  if (b == 0.0) { *ok = 0; return 0; }  /* ZeroDivisionError */
+  return a / b;
+}
+static inline double trt_fsqrt(double a, int *ok) {
+  if (!(a >= 0.0) || isinf(a)) { *ok = 0; return 0; }  /* ValueError (and NaN, inf: Python's) */
+  return sqrt(a);
+}
+/* Python's int ** int for a non-negative exponent (a negative one makes a float: FloatBin);
+   beyond int64 fails. */
+static inline int64_t trt_ipow(int64_t a, int64_t b, int *ok) {
+  if (b < 0) { *ok = 0; return 0; }
+  int64_t r = 1;
+  while (b) {
+    if ((b & 1) && __builtin_mul_overflow(r, a, &r)) { *ok = 0; return 0; }
+    b >>= 1;
+    if (b && __builtin_mul_overflow(a, a, &a)) { *ok = 0; return 0; }
+  }
+  return r;
+}
+/* math.trunc (int()), math.floor, math.ceil, round() (half to even, as Python's) of a
+   double, mode 0-3; NaN, inf or a value beyond int64 fails (Python: an error or a big int). */
+static inline int64_t trt_float_to_int(double x, int mode, int *ok) {
+  double r = mode == 0 ? trunc(x) : mode == 1 ? floor(x) : mode == 2 ? ceil(x) : nearbyint(x);
+  /* -2**63 <= r < 2**63; false for NaN */
+  if (!(r >= -9223372036854775808.0 && r < 9223372036854775808.0)) { *ok = 0; return 0; }
+  return (int64_t)r;
+}
+/* Finite operands only (Python special-cases inf and NaN); 0 ** negative is Python's
+   ZeroDivisionError, negative ** non-integer its complex result, an infinite result its
+   OverflowError. */
+static inline double trt_fpow(double a, double b, int *ok) {
+  if (!isfinite(a) || !isfinite(b) || (a == 0.0 && b < 0.0) || (a < 0.0 && floor(b) != b)) {
+    *ok = 0;
+    return 0;
+  }
+  double r = pow(a, b);
+  if (!isfinite(r)) { *ok = 0; return 0; }
+  return r;
+}
+
 /* ---- cheap loads of attributes guards often read ---------------------- */
 
 /* type.__dict__ without allocating a mappingproxy; anything else: getattr. */

@@ -1,7 +1,8 @@
 """Pass: integers of the inputs first.
 
-Every `SymDef` computed from the inputs alone (their sizes, strides and ints, read when the
-guards ran; not an integer an operator returned) moves to the front of the program, in order.
+Every `SymDef` and `FloatDef` computed from the inputs alone (their sizes, strides and ints,
+read when the guards ran; not an integer an operator returned) moves to the front of the
+program, in order.
 The values are the same wherever they are computed, but one beyond int64 is then found before
 any operator writes to an argument: a miss (the call runs as eager does), not the late
 OverflowError (found by the fuzzer: `x.clamp_(min=0); return s * 2` with s = 2**62).
@@ -27,10 +28,17 @@ def inputs_first(v: ir.Version) -> ir.Version:
             return from_inputs(e.lhs) and from_inputs(e.rhs)
         if isinstance(e, ir.UnOp):
             return from_inputs(e.operand)
+        if isinstance(e, ir.IntOfFloat):
+            return float_from_inputs(e.operand)
         return isinstance(e, (ir.SymLeaf, ir.IntConst))
 
+    def float_from_inputs(e) -> bool:
+        return all(from_inputs(p) for p in ir.float_int_parts(e)) \
+            and all(n in known for n in ir.float_vars(e))
+
     for ins in v.program:
-        if isinstance(ins, ir.SymDef) and from_inputs(ins.expr):
+        if isinstance(ins, ir.SymDef) and from_inputs(ins.expr) or \
+                isinstance(ins, ir.FloatDef) and float_from_inputs(ins.expr):
             known.add(ins.var)
             early.append(ins)
         else:

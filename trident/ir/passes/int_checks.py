@@ -32,10 +32,16 @@ def _pyint_sources(program) -> tuple:
             walk(e.rhs)
         elif isinstance(e, ir.UnOp):
             walk(e.operand)
+        elif isinstance(e, ir.IntOfFloat):
+            for p in ir.float_int_parts(e.operand):
+                walk(p)
 
     for ins in program:
         if isinstance(ins, ir.LoadScalar) and ins.kind == "int":
             out.append(ins.source)
         elif isinstance(ins, ir.SymDef):
             walk(ins.expr)
+        elif isinstance(ins, ir.FloatDef):
+            for e in ir.float_int_parts(ins.expr):
+                walk(e)
     return tuple(dict.fromkeys(out))
