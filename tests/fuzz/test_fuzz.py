@@ -445,15 +445,26 @@ class Gen:
         opts += self.ivars * 2
         return self.pick(opts)
 
+    def floatexpr(self):
+        """Python float arithmetic on sizes (and its conversions back to int)."""
+        i = self.intexpr()
+        return self.pick([f"{i} / 3", f"1.0 / ({i} + 1)", f"({i} + 1) ** -0.5",
+                          f"math.sqrt({i})", f"{i} * 0.25 + 0.5", f"float({i})",
+                          f"round({i} / 4)", f"math.floor({i} * 0.3)", f"{i} ** 2",
+                          f"2.0 ** -{i}", f"int({i} / 2.5)"])
+
     def operand(self, a_ndim):
-        """Second operand of a binary op: a tensor, a scalar, a size or the global W."""
-        kind = self.d(_w((5, "tensor"), (3, "scalar"), (1, "size"), (1, "W")))
+        """Second operand of a binary op: a tensor, a scalar, a size, a float of sizes or the
+        global W."""
+        kind = self.d(_w((5, "tensor"), (3, "scalar"), (1, "size"), (1, "float"), (1, "W")))
         if kind == "W" and self.p.scope:
             return "W", 0
         if kind == "tensor" or kind == "W":
             return self.tensor(max_ndim=a_ndim)
         if kind == "scalar":
             return self.scalar_lit(), 0
+        if kind == "float":
+            return f"({self.floatexpr()})", 0
         return self.intexpr(), 0
 
     # ---- expressions: (code, ndim)
@@ -1291,7 +1302,7 @@ class Subject:
         self.p = p
         filename = f"<fuzz-{p.name}>"
         linecache.cache[filename] = (len(p.src), None, p.src.splitlines(True), filename)
-        self.ns = ns = {"torch": torch, "K": 2, "W": torch.tensor(0.5)}
+        self.ns = ns = {"torch": torch, "math": math, "K": 2, "W": torch.tensor(0.5)}
         exec(compile(p.src, filename, "exec"), ns)
         if p.scope == "closure":
             self.fn, self.set_env = ns["make"](2, torch.tensor(0.5))
@@ -1319,7 +1330,8 @@ class Subject:
 def reproducer(p: Program, plan: list[CallSpec], upto: int) -> str:
     """A standalone script replaying calls 0..upto of an example."""
     out = ["import math, torch, trident", inspect.getsource(make_tensor),
-           f"SRC = '''\n{p.src}'''", "ns = {'torch': torch, 'K': 2, 'W': torch.tensor(0.5)}",
+           f"SRC = '''\n{p.src}'''",
+           "ns = {'torch': torch, 'math': math, 'K': 2, 'W': torch.tensor(0.5)}",
            f"exec(compile(SRC, '<fuzz>', 'exec'), ns)"]
     if p.scope == "closure":
         out.append(f"fn, set_env = ns['make'](2, torch.tensor(0.5))")

@@ -204,3 +204,27 @@ def test_float_arithmetic_where_python_raises_gives_eagers_error(h, record_warni
         h.check(f, fn, h.rand(good[-1], dtype=torch.float64), exact=True)
     _stays_compiled(f)
     assert sum(trident.stats(f)["hits"]) >= 2, trident.stats(f)
+
+
+# Branches on float arithmetic of sizes: Dynamo's shape guards then hold floats
+# (`torch.sym_float(s0) ** (-0.5) < 0.4`, `(s0 / 3) > 1.5`, `math.floor(s0 / 3) == 2`), which
+# the native guards evaluate as Python does (ir.FloatCmp, ir.IntOfFloat).
+_FLOAT_BRANCHES = {
+    "true_division": lambda x: x * 2 if x.size(0) / 3 > 2.5 else x - 1,
+    "sqrt": lambda x: x * 2 if math.sqrt(x.size(0)) > 2.9 else x - 1,
+    "pow": lambda x: x + 1 if x.size(0) ** -0.5 < 0.35 else x,
+    "floor": lambda x: x + 1 if math.floor(x.size(0) / 3) == 2 else x,
+    "int_and_float": lambda x: x + 1 if x.size(0) * 0.1 + x.size(1) / 4 >= 1.5 else x * 3,
+}
+
+
+@pytest.mark.parametrize("name", sorted(_FLOAT_BRANCHES))
+def test_branch_on_float_arithmetic_of_a_dynamic_size_stays_compiled(h, record_warnings, name):
+    fn = _FLOAT_BRANCHES[name]
+    f = trident.jit(h.fresh(fn))
+    with record_warnings():
+        # both sides of each branch, at dynamic sizes, then again (hits)
+        for n in (4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 6, 7, 8, 9, 12, 13):
+            h.check(f, fn, h.rand(n, n % 5 + 2), exact=True)
+    _stays_compiled(f)
+    assert sum(trident.stats(f)["hits"]) >= 6, trident.stats(f)

@@ -140,6 +140,8 @@ class _VersionGen:
         if isinstance(e, ir.UnOp):
             a = sub(e.operand)
             return {"-": f"trt_neg({a}, &ok)", "not": f"(!{a})", "abs": f"trt_abs({a}, &ok)"}[e.op]
+        if isinstance(e, ir.FloatCmp):
+            return f"({self.fexpr(e.lhs)} {e.op} {self.fexpr(e.rhs)})"
         if isinstance(e, ir.IntOfFloat):
             return f"trt_float_to_int({self.fexpr(e.operand)}, {_ROUNDING[e.op]}, &ok)"
         if isinstance(e, ir.BinOp):
@@ -172,6 +174,8 @@ class _VersionGen:
                 return "((double)INFINITY)" if v > 0 else "(-(double)INFINITY)"
             return f"({v.hex()})"  # exact: C99 hexadecimal floating constant
         if isinstance(e, ir.FloatOf):
+            if e.exact:
+                return f"trt_exact_double({self.expr(e.expr)}, &ok)"
             return f"((double){self.expr(e.expr)})"
         if isinstance(e, ir.IntDiv):
             return f"trt_idiv({self.expr(e.lhs)}, {self.expr(e.rhs)}, &ok)"

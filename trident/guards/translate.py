@@ -508,6 +508,65 @@ _CMPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">",
          ast.GtE: ">="}
 
 
+# Python float arithmetic in a shape guard (ir.FloatExpr): sympy prints ToFloat as
+# torch.sym_float, IntTrueDiv / FloatTrueDiv as /, FloatPow as **, sqrt as torch._sym_sqrt,
+# FloorToInt / CeilToInt / TruncToInt / RoundToInt as math.floor / math.ceil / int / round.
+_FBINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**"}
+_SQRT = ("torch._sym_sqrt", "math.sqrt")
+_TO_INT = {"math.floor": "floor", "math.ceil": "ceil", "math.trunc": "trunc", "int": "trunc",
+           "round": "round", "torch.sym_int": "trunc"}
+
+
+def _is_float(node) -> bool:
+    """Whether a guard's subexpression is a Python float (by Python's rules on its operands)."""
+    if isinstance(node, ast.Constant):
+        return type(node.value) is float
+    if isinstance(node, ast.Call):
+        return ast.unparse(node.func) in ("torch.sym_float", *_SQRT)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        return _is_float(node.operand)
+    if isinstance(node, ast.BinOp):
+        if isinstance(node.op, ast.Div):
+            return True
+        if type(node.op) in _FBINOPS and (_is_float(node.left) or _is_float(node.right)):
+            return True
+        # int ** negative int is a float
+        return isinstance(node.op, ast.Pow) and _negative_int(node.right)
+    return False
+
+
+def _negative_int(node) -> bool:
+    v = node.operand.value if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) \
+        and isinstance(node.operand, ast.Constant) else None
+    return type(v) is int and v > 0
+
+
+def _fexpr(node, rec, text) -> ir.FloatExpr:
+    """A float-valued guard subexpression (an int one: Python's float() of it)."""
+    def frec(n):
+        return _fexpr(n, rec, text)
+
+    if not _is_float(node):
+        return ir.FloatOf(rec(node))
+    if isinstance(node, ast.Constant):
+        return ir.FloatConst(node.value)
+    if isinstance(node, ast.UnaryOp):
+        return ir.FloatUn("-", frec(node.operand)) if isinstance(node.op, ast.USub) \
+            else frec(node.operand)
+    if isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords:
+        name = ast.unparse(node.func)
+        if name == "torch.sym_float":
+            return ir.FloatOf(rec(node.args[0]))
+        if name in _SQRT:
+            return ir.FloatUn("sqrt", frec(node.args[0]))
+    if isinstance(node, ast.BinOp):
+        if isinstance(node.op, ast.Div) and not _is_float(node.left) \
+                and not _is_float(node.right):
+            return ir.IntDiv(rec(node.left), rec(node.right))
+        return ir.FloatBin(_FBINOPS[type(node.op)], frec(node.left), frec(node.right))
+    raise UnsupportedError(f"shape guard {text!r}: cannot translate {ast.dump(node)[:80]}")
+
+
 def _shape_guards(exprs, conv: SourceConverter) -> list:
     out = []
     for text, mapping in exprs:
@@ -524,8 +583,12 @@ def _expr(node, mapping, conv, text) -> ir.SymExpr:
         return ir.IntConst(int(node.value))
     if isinstance(node, ast.Name) and node.id in mapping:
         return ir.SymLeaf(conv.int_leaf(mapping[node.id]))
+    if _is_float(node):
+        raise UnsupportedError(f"shape guard {text!r}: a float where an int is needed")
     if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
         return ir.BinOp(_BINOPS[type(node.op)], rec(node.left), rec(node.right))
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):  # int ** non-negative int
+        return ir.BinOp("**", rec(node.left), rec(node.right))
     if isinstance(node, ast.UnaryOp):
         if isinstance(node.op, ast.USub):
             return ir.UnOp("-", rec(node.operand))
@@ -543,7 +606,12 @@ def _expr(node, mapping, conv, text) -> ir.SymExpr:
         for op, right in zip(node.ops, node.comparators):
             if type(op) not in _CMPS:
                 break
-            parts.append(ir.BinOp(_CMPS[type(op)], rec(left), rec(right)))
+            if _is_float(left) or _is_float(right):
+                def side(n):  # an int compared with a float: exactly, as Python
+                    return _fexpr(n, rec, text) if _is_float(n) else ir.FloatOf(rec(n), True)
+                parts.append(ir.FloatCmp(_CMPS[type(op)], side(left), side(right)))
+            else:
+                parts.append(ir.BinOp(_CMPS[type(op)], rec(left), rec(right)))
             left = right
         else:
             acc = parts[0]
@@ -555,8 +623,13 @@ def _expr(node, mapping, conv, text) -> ir.SymExpr:
             and isinstance(node.args[0], ast.Name) and node.args[0].id in mapping):
         # Dynamo's NaN specialization of a float symbol (a 0-d tensor's `.item()`)
         return ir.SymLeaf(ir.FloatIsNan(conv(mapping[node.args[0].id])))
-    # max/min/abs; torch 2.14 prints sympy's Max/Min as `torch.sym_max(a, b)` (two arguments)
     fname = ast.unparse(node.func) if isinstance(node, ast.Call) else None
+    if fname in _TO_INT and len(node.args) == 1 and not node.keywords:
+        a = node.args[0]
+        if _is_float(a):
+            return ir.IntOfFloat(_TO_INT[fname], _fexpr(a, rec, text))
+        return rec(a)  # of an int: the int
+    # max/min/abs; torch 2.14 prints sympy's Max/Min as `torch.sym_max(a, b)` (two arguments)
     fname = {"torch.sym_max": "max", "torch.sym_min": "min"}.get(fname, fname)
     if fname in ("max", "min", "abs") and not node.keywords:
         if fname == "abs" and len(node.args) == 1:

@@ -294,7 +294,21 @@ class IntOfFloat:
         return f"{self.op}({self.operand})"
 
 
-SymExpr = Union[SymLeaf, SymVar, IntConst, BinOp, UnOp, Shared, SharedRef, IntOfFloat]
+@dataclass(frozen=True)
+class FloatCmp:
+    """A comparison (== != < <= > >=) with a float side, as Python's (IEEE: NaN compares
+    false but for !=); 1 or 0."""
+
+    op: str
+    lhs: "FloatExpr"
+    rhs: "FloatExpr"
+
+    def __str__(self) -> str:
+        return f"({self.lhs} {self.op} {self.rhs})"
+
+
+SymExpr = Union[SymLeaf, SymVar, IntConst, BinOp, UnOp, Shared, SharedRef, IntOfFloat,
+                FloatCmp]
 
 # ------------------------------------------------- float expressions
 # Python's float arithmetic over sizes (`x.size(0) ** -0.5`, `1.0 / n`, `math.sqrt(n)`), as C
@@ -324,12 +338,15 @@ class FloatConst:
 
 @dataclass(frozen=True)
 class FloatOf:
-    """Python's float() of an integer (int64 -> double rounds to nearest, as Python's)."""
+    """Python's float() of an integer (int64 -> double rounds to nearest, as Python's).
+    `exact`: the int side of an int-float comparison, which Python makes exactly: the value
+    fails beyond 2**53, where the double could round."""
 
     expr: SymExpr
+    exact: bool = False
 
     def __str__(self) -> str:
-        return f"float({self.expr})"
+        return f"float({self.expr})" if not self.exact else str(self.expr)
 
 
 @dataclass(frozen=True)

@@ -210,6 +210,11 @@ static inline double trt_idiv(int64_t a, int64_t b, int *ok) {
       b < -TRT_EXACT_INT) { *ok = 0; return 0; }
   return (double)a / (double)b;
 }
+/* An int compared with a float: exact within 2**53 (Python compares exactly; beyond, fails). */
+static inline double trt_exact_double(int64_t a, int *ok) {
+  if (a > TRT_EXACT_INT || a < -TRT_EXACT_INT) { *ok = 0; return 0; }
+  return (double)a;
+}
 static inline double trt_fdiv(double a, double b, int *ok) {
   if (b == 0.0) { *ok = 0; return 0; }  /* ZeroDivisionError */
   return a / b;
