@@ -86,10 +86,15 @@ def stats(f):
     eager_paths = introspect.eager_paths(scm)
     return {"misses": scm.stats.misses, "captures": scm.stats.captures,
             "fallbacks": scm.stats.fallbacks, "versions": len(scm.versions), "hits": hits,
-            # why the whole function runs eagerly, or else why its first eager path does
-            "fallback_reason": scm.fallback_reason or next(
+            # why the whole function runs eagerly, or else why calls that match no version
+            # do (the recompile limit), or else why its first eager path does
+            "fallback_reason": scm.fallback_reason or scm.limit_reason or next(
                 (e["reason"] for e in eager_paths), None),
             "runs_eagerly": scm.fallback_reason is not None,  # the whole function
+            # past the recompile limit: its reason, and the calls that matched no version
+            # since (they ran eagerly, uncaptured; the versions keep serving the others)
+            "recompile_limit": scm.limit_reason,
+            "eager_past_limit": scm.stats.eager_past_limit,
             # the paths that run eagerly: {"version" (None for a negative entry), "reason",
             # "hits", and "key" for a negative entry}
             "eager_paths": eager_paths,

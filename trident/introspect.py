@@ -33,6 +33,9 @@ def explain(scm: SCM) -> str:
            + f", {scm.stats.misses} miss(es), {scm.stats.fallbacks} eager fallback(s)"]
     if scm.fallback_reason:
         out.append(f"  runs eagerly: {scm.fallback_reason}")
+    elif scm.limit_reason:
+        out.append(f"  {scm.limit_reason}: {scm.stats.eager_past_limit} call(s) matched no "
+                   "version and ran eagerly, uncaptured (the versions keep serving)")
     if scm._pending is not None or scm.stats.eager_while_building:
         out.append(("  a new version is being compiled in the background"
                     if scm._pending is not None else "  background builds")

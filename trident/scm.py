@@ -64,6 +64,13 @@ class Stats:
     miss_phases: list = field(default_factory=list)
     # calls that missed while a version was built in the background, run eagerly
     eager_while_building: int = 0
+    # calls that matched no version after the recompile limit was reached, run eagerly
+    eager_past_limit: int = 0
+
+
+# Past the recompile limit, how many calls matching no version are counted before the hits
+# are compared with them (SCM._past_limit_check).
+PAST_LIMIT_WINDOW = 128
 
 
 class SCM:
@@ -74,6 +81,11 @@ class SCM:
         self.lock = threading.RLock()
         # Why the whole function runs eagerly (None while the SCM serves calls).
         self.fallback_reason: str | None = None
+        # Set when the recompile limit was reached: the versions keep serving the calls they
+        # match, and a call that matches none runs eagerly, uncaptured.
+        self.limit_reason: str | None = None
+        self._past_window = 0  # past the limit: misses since the last check, and the hits
+        self._window_hits = 0  # counted then (SCM._past_limit_check)
         # Refused paths whose guards are not translatable: call key -> eager.NegativeEntry.
         self.negatives = eager.NegativeEntries()
         self._eager_keys: set = set()  # the call keys the eager versions were made from
@@ -103,6 +115,13 @@ class SCM:
 
     # -- the miss path -------------------------------------------------------
     def _miss_entry(self, *args, **kwargs):
+        if self.limit_reason is not None and self.fallback_reason is None:
+            # Past the recompile limit: no capture, no lock, eager's call (its errors too).
+            self.stats.eager_past_limit += 1
+            self._past_window += 1
+            if self._past_window >= PAST_LIMIT_WINDOW:
+                self._past_limit_check()
+            return self.fn(*args, **kwargs)
         # Remember which SCM this thread missed in, before waiting for the lock.
         self._tls.module = self.function._module
         try:
@@ -182,9 +201,9 @@ class SCM:
             raise RecompileError(f"{self.fn.__qualname__}: specialization miss ({reason})")
         if len(self.versions) + len(self.negatives) >= self.options.max_versions:
             result = self.fn(*args, **kwargs)  # eager's own error, if any, stays an error
-            return self._fall_back(
+            return self._limit_reached(
                 f"recompile limit max_versions={self.options.max_versions} reached "
-                f"(last miss: {reason})", None, None, result=result)
+                f"(last miss: {reason})", result)
         if self.versions:
             log.info("trident: recompiling %s: %s", self.fn.__qualname__, reason)
         t0 = time.perf_counter()
@@ -522,9 +541,43 @@ class SCM:
                 for i, (hits, _) in enumerate(old.stats()):
                     self._hit_base[i] += hits
             self.function._install(None)
+            # With no SCM the native object calls its miss callable: now `fn` itself, so
+            # that a call costs what eager's does (no Python miss path, no lock).
+            self.function.__init__(self.fn, self.fn)
         if args is not None:
             return self.fn(*args, **kwargs)
         return result
+
+    def _limit_reached(self, reason: str, result):
+        """The recompile limit (met by a call that ran eagerly, with `result`): from now on a
+        call that matches none of the versions runs eagerly, uncaptured (`_miss_entry`), and
+        the versions keep serving the calls they match (as torch.compile's cache entries do
+        past its limit).  One warning."""
+        if self.options.strict:  # TRIDENT_STRICT was folded in by jit()
+            raise UnsupportedError(f"trident.jit({self.fn.__qualname__}): {reason}")
+        self.limit_reason = reason
+        self.stats.fallbacks += 1
+        self.stats.eager_past_limit += 1
+        self._past_window, self._window_hits = 0, sum(self.hits())
+        warnings.warn(f"trident.jit({self.fn.__qualname__}): {reason}: from now on a call that "
+                      f"matches none of its {len(self.versions)} version(s) runs eagerly, "
+                      "uncaptured; the versions keep serving the calls they match",
+                      RuntimeWarning, stacklevel=user_stacklevel())
+        return result
+
+    def _past_limit_check(self) -> None:
+        """Every PAST_LIMIT_WINDOW calls that matched no version past the limit: where fewer
+        calls hit a version meanwhile, the whole function runs eagerly from now on (a miss
+        evaluates every version's guards before eager's call: a few microseconds more than
+        eager, which the hits no longer make up)."""
+        hits = sum(self.hits())
+        served, self._window_hits, self._past_window = hits - self._window_hits, hits, 0
+        if served < PAST_LIMIT_WINDOW:
+            with self.lock:
+                if self.fallback_reason is None:
+                    self._fall_back(f"{self.limit_reason}, and of the last "
+                                    f"{served + PAST_LIMIT_WINDOW} calls fewer than half "
+                                    "matched a version", None, None)
 
     def _under_mode(self, args, kwargs, reason: str):
         """A torch function or dispatch mode is active: no version serves the

@@ -288,17 +288,45 @@ def test_dynamic_slicing_with_sizes(h):
         h.check(f, fn, h.rand(n, 2), strides=True)
 
 
-def test_max_versions_falls_back_with_one_warning(h, record_warnings):
+def test_max_versions_keeps_serving_its_versions_with_one_warning(h, record_warnings):
+    # Past the limit a call that matches no version runs eagerly, uncaptured; the versions
+    # keep serving theirs (as torch.compile's cache entries do past its limit).
     f = trident.jit(_rowsum, dynamic=False, max_versions=2)
     with record_warnings() as rec:
-        for n in (2, 3, 4, 5, 2, 3, 6, 4):
+        for n in (2, 3, 4, 5, 2, 3, 6, 4, 3):
             h.check(f, _rowsum, h.rand(n, 3))
     warns = h.runtime_warnings(rec)
     assert len(warns) == 1, [str(w.message) for w in warns]
     assert "max_versions" in str(warns[0].message)
     st = trident.stats(f)
-    assert st["versions"] == 2
-    assert st["fallback_reason"] is not None
+    assert st["versions"] == 2 and st["hits"] == [1, 2]
+    assert st["eager_past_limit"] == 4 and not st["runs_eagerly"]
+    assert "max_versions=2" in st["fallback_reason"] and st["fallbacks"] == 1
+    assert "4 call(s) matched no version and ran eagerly" in trident.explain(f)
+
+
+def test_past_max_versions_mostly_missing_calls_make_the_function_eager(h, record_warnings):
+    # A miss past the limit evaluates every version's guards before eager's call; where the
+    # hits no longer make up for that (fewer than half the calls hit), the whole function
+    # runs eagerly, and a call then costs what eager's does (the native object calls fn).
+    from trident.scm import PAST_LIMIT_WINDOW
+
+    f = trident.jit(_rowsum, dynamic=False, max_versions=2)
+    with record_warnings() as rec:
+        for n in (2, 3, 4):
+            h.check(f, _rowsum, h.rand(n, 3))
+        for i in range(PAST_LIMIT_WINDOW - 1):
+            h.check(f, _rowsum, h.rand(4, 3))
+            h.check(f, _rowsum, h.rand(2, 3))  # half of the calls hit: not enough
+        assert not trident.stats(f)["runs_eagerly"]
+        h.check(f, _rowsum, h.rand(5, 3))
+    st = trident.stats(f)
+    assert st["runs_eagerly"] and "fewer than half" in st["fallback_reason"], st
+    assert st["hits"] == [PAST_LIMIT_WINDOW - 1, 0]
+    warns = [str(w.message) for w in h.runtime_warnings(rec)]
+    assert len(warns) == 2 and "runs eagerly from now on" in warns[1], warns
+    h.check(f, _rowsum, h.rand(2, 3))  # no version serves now
+    assert trident.stats(f)["hits"] == [PAST_LIMIT_WINDOW - 1, 0]
 
 
 def test_versions_do_not_exceed_max_versions_default_dynamic(h, record_warnings):

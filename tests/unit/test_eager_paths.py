@@ -117,11 +117,14 @@ def test_max_versions_counts_eager_versions(h, record_warnings):
         h.check(f, _flag_break, h.rand(3), True)
         h.check(f, _flag_break, h.rand(3), False)
         assert trident.stats(f)["versions"] == 2
-        for n in (4, 5, 3):  # past the limit: the whole function runs eagerly
+        # past the limit: calls that match no version run eagerly, uncaptured; the two
+        # versions (the native one and the eager one) keep serving theirs
+        for n in (4, 5, 3):
             h.check(f, _flag_break, h.rand(n), False)
             h.check(f, _flag_break, h.rand(n), True)
     st = trident.stats(f)
-    assert st["runs_eagerly"] and "max_versions=2" in st["fallback_reason"]
+    assert not st["runs_eagerly"] and "max_versions=2" in st["recompile_limit"]
+    assert st["versions"] == 2 and st["hits"] == [1, 1] and st["eager_past_limit"] == 4
     msgs = _warnings(rec)
     assert len(msgs) == 2 and "from now on" in msgs[1], msgs
 
@@ -266,7 +269,7 @@ def test_negative_entries_count_against_max_versions(h, monkeypatch, record_warn
         for n in (2, 3, 4):
             h.check(f, _modes, h.rand(n), 3)
     st = trident.stats(f)
-    assert st["runs_eagerly"] and "max_versions=2" in st["fallback_reason"]
+    assert "max_versions=2" in st["fallback_reason"] and st["eager_past_limit"] == 1
 
 
 def test_a_tensor_marked_dynamic_by_hand_is_keyed_on_the_call(h, record_warnings):
