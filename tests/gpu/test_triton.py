@@ -108,6 +108,31 @@ def test_autotune():
         torch.testing.assert_close(f(x), x * 3.0)
 
 
+@triton.jit
+def _scale_kernel(X, Y, n, s, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(Y + offs, tl.load(X + offs, mask=m) * s, mask=m)
+
+
+def _size_scaled(x):
+    y = torch.empty_like(x)
+    n = x.numel()
+    _scale_kernel[(triton.cdiv(n, 256),)](x, y, n, 1.0 / n ** 0.5, BLOCK=256)
+    return y
+
+
+def test_float_of_a_dynamic_size_as_a_launch_argument():
+    # `1.0 / n ** 0.5` computed natively as a double (ir.FloatDef) and passed as the
+    # kernel's fp32 argument, as Triton's launcher converts eager's Python float
+    f = trident.jit(_size_scaled, strict=True)
+    for n in (1000, 1500, 2000, 1500, 3000):
+        x = torch.randn(n, device=DEV)
+        torch.testing.assert_close(f(x), _size_scaled(x.clone()), rtol=0, atol=0)
+    st = trident.stats(f)
+    assert st["fallbacks"] == 0 and sum(st["hits"]) >= 1, st
+
+
 @triton.heuristics({"EVEN": lambda args: args["n"] % args["BLOCK"] == 0})
 @triton.jit
 def _heur_kernel(X, Y, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
