@@ -344,27 +344,26 @@ class _VersionGen:
                 self.lines.append(f"  if (!{o} || !PyFloat_CheckExact({o})) goto bad_arg;")
                 self.lines.append(
                     f"  api->frame_set_double(F, {ins.slot}, PyFloat_AS_DOUBLE({o}));")
-        elif isinstance(ins, ir.SymDef):
-            self.lines.insert(0, f"  int64_t {ins.var} = 0;")
-            # An integer beyond int64 (or a division by zero): a miss, so that the call runs
-            # as eager does (Python's ints do not overflow); after a side effect no miss can
-            # undo, an error.
-            late = ("{ PyErr_SetString(PyExc_OverflowError, \"trident: an integer of the "
-                    "version's program is beyond int64 (or divided by zero) after the program "
-                    "wrote to its arguments\"); goto error; }")
+        elif isinstance(ins, (ir.SymDef, ir.FloatDef)):
+            # An integer beyond int64, a division by zero, a float's domain error: a miss, so
+            # that the call runs as eager does (Python's ints do not overflow); after a side
+            # effect no miss can undo, an error.
+            if isinstance(ins, ir.SymDef):
+                ctype, value, setter = "int64_t", self.expr(ins.expr), "frame_set_int"
+                exc, what = "PyExc_OverflowError", ("an integer of the version's program is "
+                                                    "beyond int64 (or divided by zero)")
+            else:
+                ctype, value, setter = "double", self.fexpr(ins.expr), "frame_set_double"
+                exc, what = "PyExc_ArithmeticError", ("a float of the version's program failed "
+                                                      "(a division by zero, a domain error or "
+                                                      "an overflow)")
+            self.lines.insert(0, f"  {ctype} {ins.var} = 0;")
+            late = (f"{{ PyErr_SetString({exc}, \"trident: {what} after the program wrote to "
+                    "its arguments\"); goto error; }")
             miss = f"FAIL({len(self.v.guards)})"
-            self.lines.append(f"  ok = 1; {ins.var} = {self.expr(ins.expr)}; "
+            self.lines.append(f"  ok = 1; {ins.var} = {value}; "
                               f"if (!ok) {late if self.side_effects else miss};")
-            self.lines.append(f"  api->frame_set_int(F, {ins.slot}, {ins.var});")
-        elif isinstance(ins, ir.FloatDef):
-            self.lines.insert(0, f"  double {ins.var} = 0;")
-            late = ("{ PyErr_SetString(PyExc_ArithmeticError, \"trident: a float of the "
-                    "version's program failed (a division by zero, a domain error or an "
-                    "overflow) after the program wrote to its arguments\"); goto error; }")
-            miss = f"FAIL({len(self.v.guards)})"
-            self.lines.append(f"  ok = 1; {ins.var} = {self.fexpr(ins.expr)}; "
-                              f"if (!ok) {late if self.side_effects else miss};")
-            self.lines.append(f"  api->frame_set_double(F, {ins.slot}, {ins.var});")
+            self.lines.append(f"  api->{setter}(F, {ins.slot}, {ins.var});")
         elif isinstance(ins, ir.SymFromSlot):
             self.lines.insert(0, f"  int64_t {ins.var} = 0;")
             self.lines.append(f"  {ins.var} = api->frame_get_int(F, {ins.slot});")

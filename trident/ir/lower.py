@@ -67,18 +67,19 @@ class _Lowering:
         return self.nslots - 1
 
     def sym(self, expr) -> tuple:
-        var = f"s{self.nsym}"
-        self.nsym += 1
-        s = self.slot()
-        self.program.append(ir.SymDef(var, expr, s))
-        return ("sym", var, s)
+        """An integer value: ("sym", var, slot)."""
+        return self._define("sym", ir.SymDef, expr)
 
     def float(self, expr) -> tuple:
-        var = f"f{self.nsym}"
+        """A float value: ("float", var, slot)."""
+        return self._define("float", ir.FloatDef, expr)
+
+    def _define(self, kind: str, cls, expr) -> tuple:
+        var = f"{kind[0]}{self.nsym}"
         self.nsym += 1
         s = self.slot()
-        self.program.append(ir.FloatDef(var, expr, s))
-        return ("float", var, s)
+        self.program.append(cls(var, expr, s))
+        return (kind, var, s)
 
     # -- inputs
     def placeholder(self, node, gin) -> None:
