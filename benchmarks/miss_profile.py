@@ -1,7 +1,7 @@
 """Where a specialization miss spends its time, next to torch.compile's recompile.
 
     python benchmarks/miss_profile.py [--device cpu|cuda] [--flaggems] [--grow N]
-                                      [--cases a,b] [--out FILE]
+                                      [--cases a,b] [--repeat N] [--out FILE]
 
 For each function below, called with a sequence of shapes, the run times every call that
 misses (Trident) or recompiles (torch.compile), interleaved shape by shape in one process:
@@ -31,6 +31,8 @@ Functions (CPU; `--device cuda` runs the same on the GPU):
   launch); with `--flaggems`: FlagGems' `add`, `mul`, `silu` (its pointwise operators,
   bf16, 1-1024 rows of 4096) and `cumsum` (flag_gems.ops.<op>.<op>), torch.compile of the
   torch operator and of the FlagGems function itself for the same shapes.
+- `--repeat N`: N rounds of the cases, each with new functions and fresh caches (Inductor's
+  in-memory caches stay warm); the comparisons add per-shape medians.
 - `--grow N`: the pointwise function with N shapes, so that later misses rebuild an SCM of
   many versions: the phases of the first and last five misses.
 
@@ -103,13 +105,15 @@ def _exec(src: str, filename: str, ns: dict) -> None:
     exec(compile(src, filename, "exec"), ns)
 
 
-def cases(a, torch):
+def cases(a, torch, sfx: str = ""):
+    """(name, maker, dynamic, inputs) per case; `sfx` (--repeat's round) goes into every
+    source name, so that each round's functions are new to Dynamo."""
     dev = a.device
     r = lambda *s, dt=torch.float32: torch.randn(*s, device=dev, dtype=dt)  # noqa: E731
     out = [
         ("pointwise", make, False, [(r(n), r(n)) for n in (1000, 1500, 2000, 2500, 3000)]),
         ("scan", make, None, [(r(4, 500),), (r(4, 700),), (r(8, 900),), (r(2, 3, 400),)]),
-        ("scan_dyn", lambda mode: make("scan", f"scan_dyn {mode}"), True,
+        ("scan_dyn", lambda mode: make("scan", f"scan_dyn {mode}{sfx}"), True,
          [(r(4, 500),), (r(2, 3, 400),), (r(4, 500, dt=torch.float64),)]),
         ("norm", make, False, [(r(8, n), r(n), r(n)) for n in (256, 384, 512, 640)]),
     ]
@@ -138,20 +142,20 @@ def cases(a, torch):
             vocab = [(1, 2048), (1, 32000), (4, 32000), (16, 32000), (64, 32000)]
             fg_add = importlib.import_module("flag_gems.ops.add").add
             fg_cumsum = importlib.import_module("flag_gems.ops.cumsum").cumsum
-            out.append(("flaggems_add", _pair(fg_add, torch.add, "flaggems_add"), None,
+            out.append(("flaggems_add", _pair(fg_add, torch.add, "flaggems_add" + sfx), None,
                         [(r(*s, dt=torch.bfloat16), r(*s, dt=torch.bfloat16))
                          for s in rows_h]))
             fg_mul = importlib.import_module("flag_gems.ops.mul").mul
             fg_silu = importlib.import_module("flag_gems.ops.silu").silu
-            out.append(("flaggems_mul", _pair(fg_mul, torch.mul, "flaggems_mul"), None,
+            out.append(("flaggems_mul", _pair(fg_mul, torch.mul, "flaggems_mul" + sfx), None,
                         [(r(*s, dt=torch.bfloat16), r(*s, dt=torch.bfloat16))
                          for s in rows_h]))
             out.append(("flaggems_silu", _pair(fg_silu, torch.nn.functional.silu,
-                                               "flaggems_silu"), None,
+                                               "flaggems_silu" + sfx), None,
                         [(r(*s, dt=torch.bfloat16),) for s in rows_h]))
             out.append(("flaggems_cumsum", _pair(lambda x: fg_cumsum(x, -1),
                                                  lambda x: torch.cumsum(x, -1),
-                                                 "flaggems_cumsum"), None,
+                                                 "flaggems_cumsum" + sfx), None,
                         [(r(*s),) for s in vocab]))
     return out
 
@@ -192,12 +196,12 @@ def sync(torch, dev):
         torch.cuda.synchronize()
 
 
-def run_case(a, torch, trident, name, maker, dynamic, inputs):
+def run_case(a, torch, trident, name, maker, dynamic, inputs, sfx: str = ""):
     """Per shape: Trident's miss (wall, phases) and torch.compile's recompile, interleaved."""
     from torch._dynamo.utils import counters
 
     if maker is make:
-        maker = lambda mode: make(name, f"{name} {mode}")  # noqa: E731
+        maker = lambda mode: make(name, f"{name} {mode}{sfx}")  # noqa: E731
     tf = trident.jit(maker("trident"), dynamic=dynamic, max_versions=64)
     # --background: the same function again, its misses built in a thread
     tb = trident.jit(maker("trident_bg"), dynamic=dynamic, max_versions=64) \
@@ -348,6 +352,9 @@ def main():
     ap.add_argument("--background", action="store_true",
                     help="also the same functions with TRIDENT_BACKGROUND_BUILD=1: the miss "
                          "call's time and the time until its version serves natively")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="rounds of the cases, each with new functions (new code objects and "
+                         "source names); the comparisons report per-shape medians")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     if a.profile:
@@ -391,13 +398,22 @@ def main():
 
     results = {}
     keep = {c for c in a.cases.split(",") if c}
-    for name, maker, dynamic, inputs in cases(a, torch):
-        if keep and name not in keep:
-            continue
-        torch._dynamo.reset()  # each case from a clean Dynamo: FlagGems' operators share
-        # code objects (PointwiseDynamicFunction.__call__), whose frames otherwise reach
-        # Dynamo's recompile limit in a later case, which torch.compile then runs eagerly
-        results[name] = (dynamic, run_case(a, torch, trident, name, maker, dynamic, inputs))
+    for rnd in range(a.repeat):
+        sfx = f" r{rnd}" if rnd else ""
+        if rnd and not a.warm_caches:  # each round cold: fresh Trident and Inductor caches
+            tmp_r = Path(tempfile.mkdtemp(prefix=f"trident_miss_profile_r{rnd}_"))
+            if runtime.is_dir():
+                (tmp_r / "runtime").symlink_to(runtime.resolve())
+            os.environ["TRIDENT_CACHE_DIR"] = str(tmp_r)
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_r / "inductor")
+        for name, maker, dynamic, inputs in cases(a, torch, sfx):
+            if keep and name not in keep:
+                continue
+            torch._dynamo.reset()  # each case from a clean Dynamo: FlagGems' operators share
+            # code objects (PointwiseDynamicFunction.__call__), whose frames otherwise reach
+            # Dynamo's recompile limit in a later case, which torch.compile then runs eagerly
+            results[name + (f" (round {rnd + 1})" if rnd else "")] = (
+                dynamic, run_case(a, torch, trident, name, maker, dynamic, inputs, sfx))
     if _PROFILES:
         _write_profiles(Path(a.profile_out))
     grown = grow(a, torch, trident, a.grow) if a.grow else []
@@ -476,6 +492,16 @@ def main():
         lines += ["Against torch.compile (inductor) of the same FlagGems function: "
                   + "; ".join(f"{n} {sh}: Trident {t:.3f} s, inductor {i:.3f} s"
                               for n, sh, t, i in later_same) + ".", ""]
+    if later_same and a.repeat > 1:  # per case and shape over the rounds
+        by: dict = {}
+        for n, sh, t, i in later_same:
+            by.setdefault((n.split(" (round")[0], sh), []).append((t, i))
+        lines += [f"Medians over the {a.repeat} rounds, against torch.compile of the same "
+                  "FlagGems function (rounds where Trident <= inductor): "
+                  + "; ".join(f"{n} {sh}: Trident {statistics.median(t for t, _ in v):.3f} s, "
+                              f"inductor {statistics.median(i for _, i in v):.3f} s "
+                              f"({sum(1 for t, i in v if t <= i)} of {len(v)})"
+                              for (n, sh), v in by.items()) + ".", ""]
     if later_bg:
         lines += ["With background builds, later-shape misses (call / native after; inductor on "
                   "the torch op, and on the same function where it recompiled): "
