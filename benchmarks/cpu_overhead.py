@@ -144,6 +144,7 @@ def bench_case(case: Case, rounds: int, target_s: float) -> dict:
         for _ in range(50):  # warm-up: caches, allocator, branch predictors
             for a in case.calls:
                 f(*a)
+        trident.wait()  # the misses' full-level rebuilds (TRIDENT_TIER_UP)
 
     st0 = trident.stats(jitted)
     if st0["fallbacks"] or st0["fallback_reason"]:

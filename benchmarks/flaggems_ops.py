@@ -532,6 +532,7 @@ def timed_series(fn, inputs, sync, warm_ctx, prepare=None, skip_first=False):
         return out
 
     first = None if skip_first else one(inputs[0])
+    trident.wait()  # a cold call's full-level rebuild (TRIDENT_TIER_UP), before the warm calls
     info = prepare() if prepare is not None else None
     sync()
     with warm_ctx():

@@ -210,6 +210,7 @@ def run_case(name, modes, args, ref, rounds=15, n=2000, e2e_rounds=20, e2e_n=100
             with stance() if stance else contextlib.nullcontext():
                 for _ in range(50):
                     fn(*args)
+            trident.wait()  # the miss's full-level rebuild (TRIDENT_TIER_UP)
             torch.cuda.synchronize()
             ready[mode] = (fn, stance)
         except Exception as ex:  # noqa: BLE001

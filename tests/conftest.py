@@ -8,6 +8,8 @@
 * TRIDENT_CACHE is off unless set: a test's function would otherwise find the
   versions an earlier run (or an earlier subprocess) persisted under that
   cache, and count no capture.  tests/unit/test_persist.py turns it on.
+* TRIDENT_TIER_UP is off unless set (build counts stay deterministic).
+* `build_cache`: an empty build cache of the test's own.
 * `check` and friends: run a jitted function and its eager original on
   independent deep copies of the same fresh random inputs and compare the
   results (values, dtypes, shapes, structure) and the mutated inputs.
@@ -33,6 +35,9 @@ import torch
 
 def pytest_configure(config):
     os.environ.setdefault("TRIDENT_CACHE", "off")
+    # Misses build at full level at once, so that a test's build counts do not depend on
+    # when a background rebuild lands; tests/unit/test_tier_up.py turns it on.
+    os.environ.setdefault("TRIDENT_TIER_UP", "0")
     config.addinivalue_line("markers", "gpu: needs CUDA and Triton (skipped without them)")
     config.addinivalue_line("markers", "slow: long-running (e.g. 100,000-call leak check)")
 
@@ -174,11 +179,27 @@ class Helpers:
     fresh = staticmethod(fresh)
     runtime_warnings = staticmethod(trident_runtime_warnings)
 
+    @staticmethod
+    def affine_relu(x, w):
+        """A small pointwise function (the build-cache tests' subject)."""
+        return (x * w + 1.0).relu()
+
 
 @pytest.fixture
 def h():
     """The helpers above, as `h.check(...)`, `h.rand(...)`, ..."""
     return Helpers
+
+
+@pytest.fixture
+def build_cache(tmp_path, monkeypatch):
+    """An empty build cache of this test's own, so every compile the test causes is visible
+    (the runtime is built, or found, in the session's cache first)."""
+    from trident.native import build
+
+    build.runtime_module()
+    monkeypatch.setenv("TRIDENT_CACHE_DIR", str(tmp_path))
+    return tmp_path
 
 
 @pytest.fixture

@@ -103,6 +103,10 @@ def stats(f):
             # many calls missed meanwhile (they ran eagerly)
             "building": scm._pending is not None,
             "eager_while_building": scm.stats.eager_while_building,
+            # TRIDENT_TIER_UP: whether the installed SCM (some units at -O0) is being built
+            # again at full optimisation now, and how many such builds were installed
+            "tiering_up": scm._tiering is not None,
+            "tier_ups": scm.stats.tier_ups,
             # per version: "disk" (loaded from a record an earlier process persisted) or
             # "captured" (in this process)
             "origins": persist.origins(scm),

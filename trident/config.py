@@ -44,6 +44,11 @@ KNOBS = {
              "loaded in a background thread; until it is installed, calls that miss run "
              "eagerly (see docs/internals.md); trident.wait(f) waits for it.  Strict mode "
              "always builds at the miss."),
+        Knob("TRIDENT_TIER_UP", "1", "1: a miss (and a load from disk) links a new version's "
+             "unit compiled at -O0 unless its object at TRIDENT_VERSION_OPT is cached, serves "
+             "it at once, and builds the SCM again at TRIDENT_VERSION_OPT in a background "
+             "thread, which replaces it when done (trident.wait(f) waits for that); 0: the "
+             "miss compiles at TRIDENT_VERSION_OPT."),
         Knob("TRIDENT_CXX", "", "C++ compiler for the runtime (default: $CXX, then c++)."),
         Knob("TRIDENT_STRICT", "0", "1: raise instead of falling back to eager "
              "(the default for jit(strict=None))."),
@@ -109,6 +114,10 @@ def pow2_buckets() -> bool:
 
 def background_build() -> bool:
     return _get("TRIDENT_BACKGROUND_BUILD") == "1"
+
+
+def tier_up() -> bool:
+    return _get("TRIDENT_TIER_UP") == "1"
 
 
 def cxx_compiler() -> str:

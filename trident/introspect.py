@@ -41,6 +41,11 @@ def explain(scm: SCM) -> str:
                     if scm._pending is not None else "  background builds")
                    + f" (TRIDENT_BACKGROUND_BUILD): {scm.stats.eager_while_building} call(s) "
                    "missed while one was compiled and ran eagerly")
+    if scm._tiering is not None or scm.stats.tier_ups:
+        out.append(f"  TRIDENT_TIER_UP: {scm.stats.tier_ups} build(s) at full optimisation "
+                   "installed in the background" + ("; one in flight now (its versions are "
+                   "served by units compiled at -O0 meanwhile)" if scm._tiering is not None
+                   else ""))
     for key, entry in scm.negatives.items():
         out.append(f"  calls with {eager.describe_key(key)} run eagerly without a capture "
                    f"({entry.calls} since): {entry.reason}")

@@ -66,6 +66,8 @@ class Stats:
     eager_while_building: int = 0
     # calls that matched no version after the recompile limit was reached, run eagerly
     eager_past_limit: int = 0
+    # SCMs rebuilt at full optimisation in the background and installed (TRIDENT_TIER_UP)
+    tier_ups: int = 0
 
 
 # Past the recompile limit, how many calls matching no version are counted before the hits
@@ -106,6 +108,7 @@ class SCM:
         self._hit_base: list[int] = []  # hits of versions counted by earlier SCMs
         self._phases: dict = {}  # the current miss's phase times (Stats.miss_phases)
         self._pending: _Build | None = None  # the background build (TRIDENT_BACKGROUND_BUILD)
+        self._tiering: _TierUp | None = None  # the full-level rebuild in flight (TRIDENT_TIER_UP)
         self.function = self.rt.Function(fn, self._miss_entry)
         # The globals dict the versions' global guards read: the function's own, or, where
         # Dynamo traces it through a wrap_inline frame (a torch decorator's wrapper), that
@@ -353,13 +356,18 @@ class SCM:
         self._phase("codegen", time.perf_counter() - t0)
         return units, src, consts
 
-    def _install(self, versions: list, prepared: tuple | None = None, built=None) -> None:
+    def _install(self, versions: list, prepared: tuple | None = None, built=None,
+                 quick: bool | None = None) -> None:
         """Build (unless `built`: a `build.SCMBuild` of `prepared`), load and install the SCM
-        of `versions`, then persist it."""
+        of `versions`, then persist it.  `quick` (default: TRIDENT_TIER_UP): a unit not cached
+        at its level is compiled at -O0, and the SCM is built again at full level in a
+        thread (`_tier_up_later`)."""
         units, src, consts = prepared if prepared is not None else self._prepare(versions)
+        if quick is None:
+            quick = config.tier_up()
         for attempt in (0, 1):
             if built is None or attempt:
-                built = build.build_scm(src)
+                built = build.build_scm(src, quick=quick)
                 self._phase("compile", built.compile_s)
                 self._phase("link", built.link_s)
             self.stats.compiled_units += built.compiled
@@ -395,6 +403,57 @@ class SCM:
         t0 = time.perf_counter()
         persist.save(self)  # what a new process needs to serve these versions (never raises)
         self._phase("persist", time.perf_counter() - t0)
+        if built.provisional:
+            self._tier_up_later((units, src, consts))
+
+    # -- full-level rebuilds (TRIDENT_TIER_UP) ----------------------------------
+    def _tier_up_later(self, prepared: tuple) -> None:
+        """Build the installed SCM (`prepared`, some of its units linked at -O0) again at
+        full level in a thread, and install it in its place if it is still the installed
+        one then.  Calls keep being served meanwhile; nothing waits for it but `wait`."""
+        job = _TierUp(prepared)
+        self._tiering = job
+        _building.add(self)
+        thread = threading.Thread(target=self._tier_up, args=(job,),
+                                  name=f"trident-tier-up:{self.fn.__qualname__}")
+        try:
+            thread.start()
+        except RuntimeError:  # no thread to be had (interpreter shutting down): stay at -O0
+            self._tier_up_done(job)
+
+    def _tier_up(self, job: "_TierUp") -> None:
+        built = None
+        try:
+            with _BUILD_SLOTS:
+                if self._source is job.prepared[1] and self.fallback_reason is None:
+                    built = build.build_scm(job.prepared[1])
+        except Exception:  # noqa: BLE001 - the -O0 build keeps serving
+            log.warning("trident: rebuilding %s at full optimisation failed; its -O0 build "
+                        "keeps serving", self.fn.__qualname__, exc_info=True)
+        try:
+            with self.lock:
+                if built is None or self._tiering is not job or self.fallback_reason \
+                        is not None or self._source is not job.prepared[1]:
+                    return  # superseded by a miss's build (which tiers up on its own)
+                phases, self._phases = self._phases, {}
+                try:
+                    self._install(self.versions, job.prepared, built, quick=False)
+                    self.stats.tier_ups += 1
+                except Exception:  # noqa: BLE001 - as above
+                    log.warning("trident: installing %s's full-optimisation build failed; "
+                                "its -O0 build keeps serving", self.fn.__qualname__,
+                                exc_info=True)
+                finally:
+                    self._phases = phases
+        finally:
+            self._tier_up_done(job)
+
+    def _tier_up_done(self, job: "_TierUp") -> None:
+        if self._tiering is job:
+            self._tiering = None
+            if self._pending is None:
+                _building.discard(self)
+        job.done.set()
 
     # -- background builds (TRIDENT_BACKGROUND_BUILD) ---------------------------
     def _build_later(self, job: "_Build") -> None:
@@ -430,7 +489,8 @@ class SCM:
             finally:
                 self._phases = {}
                 self._pending = None
-                _building.discard(self)
+                if self._tiering is None:
+                    _building.discard(self)
                 job.done.set()
 
     def _finish_build(self, job: "_Build", error, built, t0: float) -> None:
@@ -455,9 +515,17 @@ class SCM:
                           job.reason, job.t_capture)
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Wait for a background build of this function; whether none is pending now."""
-        job = self._pending
-        return job is None or job.done.wait(timeout)
+        """Wait for this function's background builds (TRIDENT_BACKGROUND_BUILD's, then a
+        full-level rebuild's: TRIDENT_TIER_UP); whether none is pending now."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for _ in range(3):  # a background build's install may start a tier-up
+            job = self._pending or self._tiering
+            if job is None:
+                return True
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not job.done.wait(left):
+                return False
+        return self._pending is None and self._tiering is None
 
     @property
     def c_source(self) -> str | None:
@@ -644,7 +712,14 @@ class _Build:
     done: threading.Event = field(default_factory=threading.Event)
 
 
-# SCMs with a background build in flight, and how many such builds run at once.
+@dataclass(eq=False)
+class _TierUp:
+    """An installed SCM built again at full level in the background (SCM._tier_up_later)."""
+    prepared: tuple  # SCM._prepare of its versions: (units, source, constants)
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+# SCMs with a background build or tier-up in flight, and how many such builds run at once.
 _building: "weakref.WeakSet[SCM]" = weakref.WeakSet()
 _BUILD_SLOTS = threading.BoundedSemaphore(max(1, os.cpu_count() or 1))
 
@@ -666,6 +741,7 @@ def _forget_builds() -> None:
     for scm in list(_building):
         scm.lock = threading.RLock()
         scm._pending = None
+        scm._tiering = None
     _building.clear()
     _BUILD_SLOTS = threading.BoundedSemaphore(max(1, os.cpu_count() or 1))
     build.after_fork_in_child()

@@ -204,6 +204,7 @@ class ModeSession:
             for rec in run.timings.values():
                 rec.record = r >= shimmed // 2
             self.request(*order[r % len(order)], self.a.warmup_tokens)
+        trident.wait()  # the misses' full-level rebuilds (TRIDENT_TIER_UP)
         for op in self.prov.ops:
             if mode == "torch":
                 continue

@@ -12,16 +12,9 @@ from trident.api import _scm_of
 from trident.native import build
 
 
-def _affine_relu(x, w):
-    return (x * w + 1.0).relu()
-
-
 @pytest.fixture
-def cache(tmp_path, monkeypatch):
-    """An empty build cache, so every compile this test causes is visible."""
-    build.runtime_module()  # built, or found, in the session's cache first
-    monkeypatch.setenv("TRIDENT_CACHE_DIR", str(tmp_path))
-    return tmp_path
+def cache(build_cache):
+    return build_cache
 
 
 def _objects(cache) -> dict:
@@ -29,7 +22,7 @@ def _objects(cache) -> dict:
 
 
 def test_rebuild_compiles_only_the_new_version(h, cache):
-    fn = h.fresh(_affine_relu)
+    fn = h.fresh(h.affine_relu)
     f = trident.jit(fn, dynamic=False)
     sizes = (3, 5, 7, 9)
     for n, size in enumerate(sizes, start=1):
@@ -68,7 +61,7 @@ def test_same_versions_build_nothing(h, cache):
     """Another function capturing the same versions finds every object in the
     cache: its misses compile no version, only relink the dispatchers whose
     SCMs `f` replaced (and so removed); its last SCM is `f`'s own."""
-    fn = h.fresh(_affine_relu)
+    fn = h.fresh(h.affine_relu)
     f = trident.jit(fn, dynamic=False)
     g = trident.jit(fn, dynamic=False)
     for size in (2, 4, 6):
@@ -97,7 +90,7 @@ def test_a_dispatcher_object_removed_before_the_link_is_built_again(h, cache, mo
         return real(*a)
 
     monkeypatch.setattr(build, "_fast_linker", remove_first)
-    fn = h.fresh(_affine_relu)
+    fn = h.fresh(h.affine_relu)
     f = trident.jit(fn, dynamic=False)
     h.check(f, fn, h.rand(3), h.rand(3))
     assert removed and removed[0].exists()  # compiled again, at the same content hash

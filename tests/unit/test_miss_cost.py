@@ -13,20 +13,13 @@ from trident.api import _scm_of
 from trident.native import build
 
 
-def _affine_relu(x, w):
-    return (x * w + 1.0).relu()
-
-
 @pytest.fixture
-def cache(tmp_path, monkeypatch):
-    """An empty build cache, so every compile this test causes is visible."""
-    build.runtime_module()  # built, or found, in the session's cache first
-    monkeypatch.setenv("TRIDENT_CACHE_DIR", str(tmp_path))
-    return tmp_path
+def cache(build_cache):
+    return build_cache
 
 
 def test_each_miss_records_its_phases(h, cache):
-    fn = h.fresh(_affine_relu)
+    fn = h.fresh(h.affine_relu)
     f = trident.jit(fn, dynamic=False)
     for size in (3, 5):
         h.check(f, fn, h.rand(size), h.rand(size))
@@ -52,7 +45,7 @@ def _is_gcc() -> bool:
 
 @pytest.mark.skipif(not _is_gcc(), reason="the precompiled prelude is built with gcc only")
 def test_version_units_use_the_precompiled_prelude(h, cache):
-    fn = h.fresh(_affine_relu)
+    fn = h.fresh(h.affine_relu)
     f = trident.jit(fn, dynamic=False)
     h.check(f, fn, h.rand(4), h.rand(4))
     [gch] = cache.glob("obj/*/scm_prelude.h.gch")
@@ -78,7 +71,7 @@ def test_version_units_use_the_precompiled_prelude(h, cache):
 
 def test_a_compile_that_fails_with_the_prelude_runs_without_it(h, cache, monkeypatch):
     monkeypatch.setattr(build, "_prelude_pch", lambda opt: ["-include", "/nonexistent/x.h"])
-    fn = h.fresh(_affine_relu)
+    fn = h.fresh(h.affine_relu)
     f = trident.jit(fn, dynamic=False)
     h.check(f, fn, h.rand(4), h.rand(4))
     st = trident.stats(f)
@@ -89,14 +82,14 @@ def test_a_compile_that_fails_with_the_prelude_runs_without_it(h, cache, monkeyp
 
 def test_a_small_cache_gets_no_precompiled_prelude(h, cache, monkeypatch):
     monkeypatch.setenv("TRIDENT_CACHE_MAX_MB", "8")
-    fn = h.fresh(_affine_relu)
+    fn = h.fresh(h.affine_relu)
     h.check(trident.jit(fn, dynamic=False), fn, h.rand(4), h.rand(4))
     assert not list(cache.glob("obj/*/*.gch"))
 
 
 def test_links_read_combined_blocks_of_versions(h, cache, monkeypatch):
     monkeypatch.setattr(build, "LINK_BLOCK", 2)
-    fn = h.fresh(_affine_relu)
+    fn = h.fresh(h.affine_relu)
     f = trident.jit(fn, dynamic=False)
     sizes = (2, 3, 4, 5, 6)
     for size in sizes:

@@ -386,7 +386,7 @@ def after_fork_in_child() -> None:
 
 
 def _build(kind: str, files: dict, cmd_for, what: str, suffix: str = ".so",
-           speedup=None) -> tuple[Path, bool]:
+           speedup=None, cached_only: bool = False) -> tuple[Path | None, bool]:
     """Build `files` ({name: text}; the first is compiled with the others
     beside it) unless a build with the same hash exists.  Returns the
     product (named after the first file, with `suffix`), verified as
@@ -395,7 +395,9 @@ def _build(kind: str, files: dict, cmd_for, what: str, suffix: str = ".so",
 
     `speedup`, if given, is called only when this call compiles: it returns extra compiler
     arguments that make the same product faster (a precompiled header), which the hash does
-    not cover; a compile that fails with them runs again without them."""
+    not cover; a compile that fails with them runs again without them.
+
+    `cached_only`: return (None, False) instead of compiling when no verified build exists."""
     import torch
 
     source_name = next(iter(files))
@@ -418,8 +420,12 @@ def _build(kind: str, files: dict, cmd_for, what: str, suffix: str = ".so",
             if why is None:
                 _touch(out_dir / MANIFEST)
                 return product, False
+            if cached_only:
+                return None, False
             _warn_rebuilt(out_dir, why)
             _discard(out_dir)
+        if cached_only:
+            return None, False
         _make_dir(kind_dir)
         tmp, key = _compile(kind_dir, tag, files, cmd_for, what, product.name, speedup)
         try:
@@ -689,7 +695,8 @@ def _cuda_flags() -> dict:
 class SCMBuild:
     """A built SCM: its shared object, the objects linked into it (one per
     version, in order, then scm_main.o) and the units this build compiled
-    (the others' objects came from the cache); `dispatcher` is its dispatcher's object."""
+    (the others' objects came from the cache); `dispatcher` is its dispatcher's object;
+    `provisional`: the version units linked at -O0 below their level (a quick build)."""
 
     so: Path
     objects: tuple
@@ -697,6 +704,7 @@ class SCMBuild:
     compile_s: float = 0.0  # seconds in the version units (compiled or found in the cache)
     link_s: float = 0.0  # seconds in the dispatcher unit and the link
     dispatcher: Path | None = None
+    provisional: tuple = ()
 
 
 _SCM_HEADERS = ("scm_prelude.h", "scm_dispatch.h", "trident_rt.h")
@@ -717,6 +725,14 @@ LARGE_UNIT_CHARS = 150_000
 
 def version_opt(text: str) -> str:
     return config.version_opt() if len(text) <= LARGE_UNIT_CHARS else "-O0"
+
+
+# A quick build (`build_scm(quick=True)`, the miss's own build under TRIDENT_TIER_UP) links
+# each version unit's object at its level where the cache has it, and otherwise compiles the
+# unit at -O0: on the H100 machine a FlagGems pointwise wrapper's unit (50 KB of C, with the
+# precompiled prelude) took 43-45 ms at -O0 against 65-71 ms at -O1, while its calls cost
+# 2-3% more host time at -O0 (benchmarks/results/latest/unit_opt_ab_cuda.md).  The SCM then
+# builds again at full level in a thread (SCM._tier_up), from the same source.
 
 
 # -- the precompiled prelude -----------------------------------------------------------------
@@ -840,7 +856,7 @@ def _link_inputs(objects: list) -> list:
     return out + list(versions[full:]) + list(tail)
 
 
-def build_scm(src) -> SCMBuild:
+def build_scm(src, quick: bool = False) -> SCMBuild:
     """Build one generated SCM (plain C; a `codegen.c.SCMSource`).
 
     Each version's unit is compiled to an object unless an object of the
@@ -848,12 +864,15 @@ def build_scm(src) -> SCMBuild:
     version), and so is runtime/scm_main.c (the entry points; once per
     cache); the dispatcher unit, which does not include Python.h and does
     not depend on the versions' objects, is compiled to an object meanwhile,
-    in another thread; then all are linked into the shared object."""
+    in another thread; then all are linked into the shared object.
+    `quick`: a unit whose object at its level is not cached is compiled at -O0 (and named in
+    `SCMBuild.provisional`)."""
     from concurrent.futures import ThreadPoolExecutor
 
     t0 = time.perf_counter()
     compiled = []
     objects = []
+    provisional: list[str] = []
     units = [(u.name, u.text) for u in src.versions]
     units.append(("scm_main.c", (RUNTIME_DIR / "scm_main.c").read_text()))
     d = src.dispatcher
@@ -868,12 +887,21 @@ def build_scm(src) -> SCMBuild:
         try:
             for name, text in units:
                 opt = "-O2" if name == "scm_main.c" else version_opt(text)
-                obj, fresh = _build("obj", _with_headers(name, text), _scm_cmd("-c", opt=opt),
-                                    f"compiling {name} of an SCM", suffix=".o",
-                                    speedup=functools.partial(_prelude_pch, opt))
+                files = _with_headers(name, text)
+                obj = None
+                if quick and opt != "-O0" and name != "scm_main.c":
+                    obj, _ = _build("obj", files, _scm_cmd("-c", opt=opt), "", suffix=".o",
+                                    cached_only=True)
+                    if obj is None:
+                        opt = "-O0"
+                        provisional.append(name)
+                if obj is None:
+                    obj, fresh = _build("obj", files, _scm_cmd("-c", opt=opt),
+                                        f"compiling {name} of an SCM", suffix=".o",
+                                        speedup=functools.partial(_prelude_pch, opt))
+                    if fresh:
+                        compiled.append(name)
                 objects.append(obj)
-                if fresh:
-                    compiled.append(name)
         finally:
             t1 = time.perf_counter()
             dobj, dfresh = pending.result()  # its BuildError, if any, is raised here
@@ -899,7 +927,7 @@ def build_scm(src) -> SCMBuild:
     if dfresh or linked:  # the dispatcher unit was compiled, or linked anew
         compiled.append(d.name)
     return SCMBuild(so, tuple(objects), tuple(compiled), t1 - t0, time.perf_counter() - t1,
-                    dobj)
+                    dobj, tuple(provisional))
 
 
 # The system linker (GNU ld.bfd) takes about a third of a small SCM's link; gold or lld, where
