@@ -400,11 +400,13 @@ class SCM:
         self.stats.build_paths.append(str(so))
         if config.dump_dir() is not None:
             introspect.dump_text(f"{self.fn.__qualname__}.scm.c", self.c_source)
+        if built.provisional:  # the full-level rebuild persists (off the miss's path)
+            self._phase("persist", 0.0)
+            self._tier_up_later((units, src, consts))
+            return
         t0 = time.perf_counter()
         persist.save(self)  # what a new process needs to serve these versions (never raises)
         self._phase("persist", time.perf_counter() - t0)
-        if built.provisional:
-            self._tier_up_later((units, src, consts))
 
     # -- full-level rebuilds (TRIDENT_TIER_UP) ----------------------------------
     def _tier_up_later(self, prepared: tuple) -> None:
@@ -420,9 +422,11 @@ class SCM:
             thread.start()
         except RuntimeError:  # no thread to be had (interpreter shutting down): stay at -O0
             self._tier_up_done(job)
+            persist.save(self)
 
     def _tier_up(self, job: "_TierUp") -> None:
         built = None
+        tier_ups = self.stats.tier_ups
         try:
             with _BUILD_SLOTS:
                 if self._source is job.prepared[1] and self.fallback_reason is None:
@@ -432,19 +436,22 @@ class SCM:
                         "keeps serving", self.fn.__qualname__, exc_info=True)
         try:
             with self.lock:
-                if built is None or self._tiering is not job or self.fallback_reason \
-                        is not None or self._source is not job.prepared[1]:
+                if self._tiering is not job or self.fallback_reason is not None \
+                        or self._source is not job.prepared[1]:
                     return  # superseded by a miss's build (which tiers up on its own)
                 phases, self._phases = self._phases, {}
                 try:
-                    self._install(self.versions, job.prepared, built, quick=False)
-                    self.stats.tier_ups += 1
+                    if built is not None:
+                        self._install(self.versions, job.prepared, built, quick=False)
+                        self.stats.tier_ups += 1
                 except Exception:  # noqa: BLE001 - as above
                     log.warning("trident: installing %s's full-optimisation build failed; "
                                 "its -O0 build keeps serving", self.fn.__qualname__,
                                 exc_info=True)
                 finally:
                     self._phases = phases
+                if self._source is job.prepared[1] and self.stats.tier_ups == tier_ups:
+                    persist.save(self)  # not rebuilt: the -O0 build is what persists
         finally:
             self._tier_up_done(job)
 

@@ -114,11 +114,16 @@ class World:
         self.src.mkdir()
         (self.src / "pmod.py").write_text(MODULE)
         (d / "driver.py").write_text(DRIVER)
-        self.root = d / "cache"
-        self.root.mkdir(mode=0o700)
-        (self.root / "runtime").mkdir(mode=0o700)
+        self.root = self.new_root(d / "cache")
+
+    @staticmethod
+    def new_root(root: Path) -> Path:
+        """A cache holding only this process's runtime build."""
+        root.mkdir(mode=0o700)
+        (root / "runtime").mkdir(mode=0o700)
         rt = Path(build.runtime_module().__file__).parent
-        shutil.copytree(rt, self.root / "runtime" / rt.name)
+        shutil.copytree(rt, root / "runtime" / rt.name)
+        return root
 
     def run(self, root: Path, src: Path | None = None, **env) -> dict:
         full = {k: v for k, v in os.environ.items() if k != "TRIDENT_CACHE"}
@@ -655,6 +660,7 @@ def test_a_process_does_not_load_its_own_records(h, tmp_path, monkeypatch):
             h.check(f, own, h.rand(4))
         st = trident.stats(f)
         assert st["captures"] == 1 and st["origins"] == ["captured"]
+        trident.wait(f)  # under TRIDENT_TIER_UP, the full-level rebuild persists
     assert "persistence: record" in trident.explain(f)
     assert len(list((tmp_path / "cache" / "persist").iterdir())) == 1  # one per key: the newest
     with config.scope(TRIDENT_CACHE="off"):
@@ -834,3 +840,18 @@ def test_buckets_that_gave_way_stay_given_way_in_a_new_process(tmp_path):
     assert b["origins"] == ["disk", "disk", "captured"], b
     assert b["captures"] == 1 and b["hits"] == [0, 0, 2], b
     assert b["explain"].count("taken as its power-of-two range") == 2, b["explain"]
+
+
+def test_a_process_that_tiers_up_leaves_full_level_builds(world, tmp_path):
+    """Under TRIDENT_TIER_UP a capturing process serves -O0 units first; its exit waits for the
+    full-level rebuilds, so the next process links every object at full level without
+    compiling and without a rebuild of its own."""
+    root = world.new_root(tmp_path / "cache")
+    a = world.run(root, TRIDENT_TIER_UP="1")
+    for name in "fgh":
+        assert a[name]["captures"] == 1, a[name]
+    b = world.run(root, TRIDENT_TIER_UP="1")
+    for name in "fgh":
+        assert b[name]["captures"] == 0 and b[name]["hits"] > 0, b[name]
+        assert b[name]["compiled"] == [], b[name]
+        assert "TRIDENT_TIER_UP" not in b[name]["explain"], b[name]["explain"]

@@ -470,7 +470,9 @@ def describe(scm) -> str:
     st = scm.__dict__.get("_persist")
     if not config.persist():
         return "\n  persistence: off (TRIDENT_CACHE=off)"
-    out = [f"  persistence: record {st.record if st and st.record else '(none)'}"]
+    out = [f"  persistence: record {st.record if st and st.record else '(none)'}"
+           + (" (written once the full-level rebuild is installed: TRIDENT_TIER_UP)"
+              if getattr(scm, "_tiering", None) is not None else "")]
     for v, origin in zip(scm.versions, origins(scm)):
         e = st.entries.get(id(v)) if st is not None else None
         line = (f"    version {v.index}: "
