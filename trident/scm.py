@@ -351,7 +351,8 @@ class SCM:
         old_units = {id(v): u for v, u in zip(self.versions, self._units)}
         units = [old_units.get(id(v)) or cgen.generate_version(v, config.profile())
                  for v in versions]
-        src = cgen.SCMSource(tuple(units), cgen.generate_dispatcher(versions))
+        src = cgen.SCMSource(tuple(units), cgen.generate_dispatcher(
+            versions, f"{self.fn.__module__}.{self.fn.__qualname__}"))
         consts = cgen.consts_tuple(self.globals, _builtins_of(self.globals), versions)
         self._phase("codegen", time.perf_counter() - t0)
         return units, src, consts

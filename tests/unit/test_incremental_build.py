@@ -97,3 +97,29 @@ def test_a_dispatcher_object_removed_before_the_link_is_built_again(h, cache, mo
     assert trident.stats(f)["fallbacks"] == 0 and trident.stats(f)["versions"] == 1
     h.check(f, fn, h.rand(3), h.rand(3))
     assert trident.stats(f)["hits"] == [1]
+
+
+def test_a_function_never_removes_what_another_functions_scm_is_built_from(h, cache):
+    """Two functions with the same versions (the same C, unit for unit) each link their own
+    dispatcher and SCM: when one grows and supersedes its SCM, the other's SCM folder and
+    dispatcher object stay (a new process of the other links nothing again)."""
+    def one(x, w):
+        return (x * w + 1.0).relu()
+
+    def two(x, w):
+        return (x * w + 1.0).relu()
+
+    f, g = trident.jit(one, dynamic=False), trident.jit(two, dynamic=False)
+    h.check(f, one, h.rand(3), h.rand(3))
+    h.check(g, two, h.rand(3), h.rand(3))
+    sf, sg = _scm_of(f), _scm_of(g)
+    assert sf.versions and sg.versions
+    assert sf._units[0].text == sg._units[0].text  # the same version unit, one object
+    assert sf.so_path != sg.so_path and sf._dispatcher_obj != sg._dispatcher_obj
+    kept = (sg.so_path, sg._dispatcher_obj)
+    h.check(f, one, h.rand(5), h.rand(5))  # f supersedes its first SCM
+    assert trident.stats(f)["versions"] == 2
+    assert all(p.exists() for p in kept)
+    compiled = trident.stats(g)["compiled_units"]
+    h.check(g, two, h.rand(3), h.rand(3))
+    assert trident.stats(g)["hits"] == [1] and trident.stats(g)["compiled_units"] == compiled

@@ -263,8 +263,8 @@ def _remove(path: str | Path) -> None:
 
 def discard_scm(so, dispatcher=None) -> None:
     """Remove the build folder `scm/<hash>/` of a superseded SCM whose shared object is `so`,
-    and that of its dispatcher's object `dispatcher` (`obj/<hash>/scm.o`; no other SCM links
-    it, as its text lists the versions).  A process that has the SCM loaded keeps its
+    and that of its dispatcher's object `dispatcher` (`obj/<hash>/scm.o`; no other function's
+    SCM links either: the dispatcher's text names its function).  A process that has the SCM loaded keeps its
     mapping; one that needs it later builds it again.  Nothing happens for a path outside
     this cache's folders or a folder already gone."""
     for path, kind in ((so, "scm"), (dispatcher, "obj")):
