@@ -430,8 +430,9 @@ class SCM:
         tier_ups = self.stats.tier_ups
         try:
             with _BUILD_SLOTS:
-                if self._source is job.prepared[1] and self.fallback_reason is None:
-                    built = build.build_scm(job.prepared[1])
+                src = job.prepared[1]
+                if self._source is src and self.fallback_reason is None:
+                    built = build.build_scm(src, cancelled=lambda: self._source is not src)
         except Exception:  # noqa: BLE001 - the -O0 build keeps serving
             log.warning("trident: rebuilding %s at full optimisation failed; its -O0 build "
                         "keeps serving", self.fn.__qualname__, exc_info=True)

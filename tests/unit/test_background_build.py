@@ -35,10 +35,10 @@ def gate(monkeypatch):
     real = build.build_scm
     parent = os.getpid()
 
-    def held(src, quick=False):
+    def held(src, quick=False, **kw):
         if os.getpid() == parent and threading.current_thread() is not threading.main_thread():
             assert event.wait(120), "the test never opened the gate"
-        return real(src, quick)
+        return real(src, quick, **kw)
 
     monkeypatch.setattr(build, "build_scm", held)
     yield event
@@ -105,11 +105,11 @@ def test_build_failure_in_the_background_runs_the_path_eagerly(h, background, mo
     real = build.build_scm
     failed = []
 
-    def fails_once(src, quick=False):
+    def fails_once(src, quick=False, **kw):
         if not failed:
             failed.append(src)
             raise BuildError("compiling a unit of an SCM", ["cc", "-c"], "error: injected")
-        return real(src, quick)
+        return real(src, quick, **kw)
 
     monkeypatch.setattr(build, "build_scm", fails_once)
     f = trident.jit(h.fresh(_fn), dynamic=False)

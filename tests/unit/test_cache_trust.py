@@ -389,8 +389,8 @@ def test_build_removed_between_check_and_load_is_rebuilt(cache, monkeypatch):
     real = build.build_scm
     removed = []
 
-    def racing(src, quick=False):
-        built = real(src, quick)
+    def racing(src, quick=False, **kw):
+        built = real(src, quick, **kw)
         if not removed:
             removed.append(built.so)
             shutil.rmtree(built.so.parent)

@@ -34,11 +34,11 @@ def gate(monkeypatch):
     event.held = []
     real = build.build_scm
 
-    def held(src, quick=False):
+    def held(src, quick=False, **kw):
         if not quick:
             event.held.append(src)
             assert event.wait(60), "the test never opened the gate"
-        return real(src, quick)
+        return real(src, quick, **kw)
 
     monkeypatch.setattr(build, "build_scm", held)
     yield event
@@ -137,10 +137,10 @@ def test_a_failed_tier_up_leaves_the_O0_build_serving(h, cache, caplog, monkeypa
     f = trident.jit(fn, dynamic=False)
     real = build.build_scm
 
-    def failing(src, quick=False):
+    def failing(src, quick=False, **kw):
         if not quick:
             raise BuildError("compiling version_0.c of an SCM", ["cc"], "no space left")
-        return real(src, quick)
+        return real(src, quick, **kw)
 
     monkeypatch.setattr(build, "build_scm", failing)
     h.check(f, fn, h.rand(3), h.rand(3))

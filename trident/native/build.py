@@ -856,7 +856,7 @@ def _link_inputs(objects: list) -> list:
     return out + list(versions[full:]) + list(tail)
 
 
-def build_scm(src, quick: bool = False) -> SCMBuild:
+def build_scm(src, quick: bool = False, cancelled=None) -> SCMBuild | None:
     """Build one generated SCM (plain C; a `codegen.c.SCMSource`).
 
     Each version's unit is compiled to an object unless an object of the
@@ -866,7 +866,8 @@ def build_scm(src, quick: bool = False) -> SCMBuild:
     not depend on the versions' objects, is compiled to an object meanwhile,
     in another thread; then all are linked into the shared object.
     `quick`: a unit whose object at its level is not cached is compiled at -O0 (and named in
-    `SCMBuild.provisional`)."""
+    `SCMBuild.provisional`).  `cancelled`: called before the link; if it returns true, the
+    build stops there and returns None (a full-level rebuild whose SCM was superseded)."""
     from concurrent.futures import ThreadPoolExecutor
 
     t0 = time.perf_counter()
@@ -905,6 +906,8 @@ def build_scm(src, quick: bool = False) -> SCMBuild:
         finally:
             t1 = time.perf_counter()
             dobj, dfresh = pending.result()  # its BuildError, if any, is raised here
+    if cancelled is not None and cancelled():
+        return None
     link = _scm_cmd("-shared")
     for attempt in (0, 1):
         inputs = (str(dobj), *(str(o) for o in _link_inputs(objects)))
