@@ -427,35 +427,37 @@ class SCM:
 
     def _tier_up(self, job: "_TierUp") -> None:
         built = None
-        tier_ups = self.stats.tier_ups
+        src = job.prepared[1]
         try:
             with _BUILD_SLOTS:
-                src = job.prepared[1]
                 if self._source is src and self.fallback_reason is None:
                     built = build.build_scm(src, cancelled=lambda: self._source is not src)
         except Exception:  # noqa: BLE001 - the -O0 build keeps serving
             log.warning("trident: rebuilding %s at full optimisation failed; its -O0 build "
                         "keeps serving", self.fn.__qualname__, exc_info=True)
+        with self.lock:  # (also while `_tiering` is cleared: a miss may start the next one)
+            try:
+                if self._tiering is job and self.fallback_reason is None \
+                        and self._source is src:  # else superseded: the newer SCM tiers up
+                    self._tier_up_install(job, built)
+            finally:
+                self._tier_up_done(job)
+
+    def _tier_up_install(self, job: "_TierUp", built) -> None:
+        """Under the lock: install the full-level build, or persist the -O0 one."""
+        phases, self._phases = self._phases, {}
         try:
-            with self.lock:
-                if self._tiering is not job or self.fallback_reason is not None \
-                        or self._source is not job.prepared[1]:
-                    return  # superseded by a miss's build (which tiers up on its own)
-                phases, self._phases = self._phases, {}
-                try:
-                    if built is not None:
-                        self._install(self.versions, job.prepared, built, quick=False)
-                        self.stats.tier_ups += 1
-                except Exception:  # noqa: BLE001 - as above
-                    log.warning("trident: installing %s's full-optimisation build failed; "
-                                "its -O0 build keeps serving", self.fn.__qualname__,
-                                exc_info=True)
-                finally:
-                    self._phases = phases
-                if self._source is job.prepared[1] and self.stats.tier_ups == tier_ups:
-                    persist.save(self)  # not rebuilt: the -O0 build is what persists
+            if built is not None:
+                self._install(self.versions, job.prepared, built, quick=False)
+                self.stats.tier_ups += 1
+                return  # (which persisted it)
+        except Exception:  # noqa: BLE001 - as in _tier_up
+            log.warning("trident: installing %s's full-optimisation build failed; its -O0 "
+                        "build keeps serving", self.fn.__qualname__, exc_info=True)
         finally:
-            self._tier_up_done(job)
+            self._phases = phases
+        if self._source is job.prepared[1]:
+            persist.save(self)  # not rebuilt: the -O0 build is what persists
 
     def _tier_up_done(self, job: "_TierUp") -> None:
         if self._tiering is job:

@@ -152,3 +152,34 @@ def test_a_failed_tier_up_leaves_the_O0_build_serving(h, cache, caplog, monkeypa
     assert "keeps serving" in caplog.text
     h.check(f, fn, h.rand(3), h.rand(3))
     assert trident.stats(f)["hits"] == [1]
+
+
+def test_threads_missing_while_rebuilds_run(h, cache):
+    """Four threads call with new and old sizes while full-level rebuilds start, get
+    superseded and land: every result equals eager's, and once they are done the SCM serves
+    every version from full-level objects."""
+    fn = h.fresh(h.affine_relu)
+    f = trident.jit(fn, dynamic=False)
+    errors = []
+
+    def worker(k):
+        try:
+            for r in range(2):
+                for size in range(2, 8):
+                    h.check(f, fn, h.rand(size + (k + r) % 2), h.rand(size + (k + r) % 2))
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not errors, errors
+    assert trident.wait(f, timeout=120)
+    st = trident.stats(f)
+    assert st["versions"] == 7 and st["fallbacks"] == 0 and not st["tiering_up"]
+    assert st["tier_ups"] >= 1
+    assert _levels(f) == [config.version_opt()] * 7
+    for size in range(2, 9):
+        h.check(f, fn, h.rand(size), h.rand(size))
