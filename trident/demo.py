@@ -80,6 +80,7 @@ def _cpu_example(title: str, fn, args):
     for name, f, calls in modes:
         for _ in range(50):  # warm-up
             f(*args)
+        trident.wait()  # the miss's full-level rebuild (TRIDENT_TIER_UP)
         us[name] = _per_call_us(f, args, calls, rounds=5)
     for name, _, _ in modes:
         extra = "" if name == "eager" else (
@@ -133,6 +134,7 @@ def _cuda_example() -> bool:
         for _ in range(50):
             fn(x, w)
             jitted(x, w)
+        trident.wait()  # the miss's full-level rebuild (TRIDENT_TIER_UP)
         sync = torch.cuda.synchronize
         eager = _per_call_us(fn, (x, w), 2000, rounds=5, sync=sync)
         tri = _per_call_us(jitted, (x, w), 2000, rounds=5, sync=sync)
