@@ -56,6 +56,17 @@ def trident_cache_dir(tmp_path_factory):
         os.environ.pop("TRIDENT_CACHE_DIR", None)
 
 
+@pytest.fixture(autouse=True)
+def _builds_finish_in_their_test():
+    """A build still running in the background (TRIDENT_BACKGROUND_BUILD, TRIDENT_TIER_UP)
+    finishes before the next test starts: it reads the cache folder from the environment, which
+    the next test may point elsewhere."""
+    yield
+    import trident
+
+    assert trident.wait(timeout=120), "a background build did not finish in 120 s"
+
+
 # ----------------------------------------------------------------- helpers
 
 
@@ -194,11 +205,13 @@ def h():
 @pytest.fixture
 def build_cache(tmp_path, monkeypatch):
     """An empty build cache of this test's own, so every compile the test causes is visible
-    (the runtime is built, or found, in the session's cache first)."""
+    (the runtime is built, or found, in the session's cache first); no full-level rebuilds
+    in the background (TRIDENT_TIER_UP=0), whatever the environment says."""
     from trident.native import build
 
     build.runtime_module()
     monkeypatch.setenv("TRIDENT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TRIDENT_TIER_UP", "0")
     return tmp_path
 
 

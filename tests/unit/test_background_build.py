@@ -135,7 +135,8 @@ def test_strict_builds_at_the_miss(h, background):
     assert trident.stats(f)["hits"] == [1]
 
 
-def test_wait_returns_at_once_without_background_builds(h):
+def test_wait_returns_at_once_without_background_builds(h, monkeypatch):
+    monkeypatch.setenv("TRIDENT_TIER_UP", "0")  # no full-level rebuild in flight either
     f = trident.jit(h.fresh(_fn), dynamic=False)
     h.check(f, _fn, torch.randn(3, 3), torch.randn(3, 3))
     assert trident.wait(f, timeout=0) and trident.wait(timeout=0)

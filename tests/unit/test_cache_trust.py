@@ -38,10 +38,12 @@ def _fn(x, y):
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    """A cache root of this test's own, not yet created (the runtime is already loaded)."""
+    """A cache root of this test's own, not yet created (the runtime is already loaded); no
+    full-level rebuilds in the background (their builds would change what the tests count)."""
     build.runtime_module()
     root = tmp_path / "cache"
     monkeypatch.setenv("TRIDENT_CACHE_DIR", str(root))
+    monkeypatch.setenv("TRIDENT_TIER_UP", "0")
     return root
 
 
@@ -175,6 +177,7 @@ class Fresh:
                         f'-DMARKER="{self.marker}"', str(d / "planted.c"), "-o",
                         str(self.planted)], check=True)
         self.env = {**os.environ, "TRIDENT_CACHE_DIR": str(self.root),
+                    "TRIDENT_TIER_UP": "0",  # one build per miss: what the tests count
                     "PYTHONPATH": str(Path(trident.__file__).parent.parent)}
 
     def run(self) -> dict:
