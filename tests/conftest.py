@@ -191,6 +191,29 @@ class Helpers:
     runtime_warnings = staticmethod(trident_runtime_warnings)
 
     @staticmethod
+    def run_threads(work, n: int, timeout: float = 300) -> None:
+        """Run `work(i)` for i in range(n), each in its own thread; fail if one does not
+        finish in `timeout` s, re-raise the first exception one raised."""
+        import threading
+
+        errors = []
+
+        def run(i):
+            try:
+                work(i)
+            except BaseException as e:  # noqa: BLE001 - re-raised below
+                errors.append(e)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout)
+        assert not any(t.is_alive() for t in threads), "a thread did not finish"
+        if errors:
+            raise errors[0]
+
+    @staticmethod
     def affine_relu(x, w):
         """A small pointwise function (the build-cache tests' subject)."""
         return (x * w + 1.0).relu()

@@ -147,24 +147,15 @@ def test_wait_returns_at_once_without_background_builds(h, monkeypatch):
 
 def test_threads_calling_while_versions_build(h, background):
     f = trident.jit(h.fresh(_fn))
-    errors = []
     barrier = threading.Barrier(6)
 
     def work(i):
-        try:
-            barrier.wait()
-            for rep in range(12):
-                n = 2 + (i + rep) % 5
-                h.check(f, _fn, torch.randn(n, 3), torch.randn(3, 2 + i % 2))
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        barrier.wait()
+        for rep in range(12):
+            n = 2 + (i + rep) % 5
+            h.check(f, _fn, torch.randn(n, 3), torch.randn(3, 2 + i % 2))
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads) and not errors, errors
+    h.run_threads(work, 6, timeout=120)
     assert trident.wait(f, timeout=120)
     st = trident.stats(f)
     assert st["fallbacks"] == 0 and st["versions"] >= 1

@@ -160,22 +160,12 @@ def test_threads_missing_while_rebuilds_run(h, cache):
     every version from full-level objects."""
     fn = h.fresh(h.affine_relu)
     f = trident.jit(fn, dynamic=False)
-    errors = []
-
     def worker(k):
-        try:
-            for r in range(2):
-                for size in range(2, 8):
-                    h.check(f, fn, h.rand(size + (k + r) % 2), h.rand(size + (k + r) % 2))
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        for r in range(2):
+            for size in range(2, 8):
+                h.check(f, fn, h.rand(size + (k + r) % 2), h.rand(size + (k + r) % 2))
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(300)
-    assert not errors, errors
+    h.run_threads(worker, 4)
     assert trident.wait(f, timeout=120)
     st = trident.stats(f)
     assert st["versions"] == 7 and st["fallbacks"] == 0 and not st["tiering_up"]
