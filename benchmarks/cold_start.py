@@ -28,8 +28,8 @@ Reported per mode: the median over the runs of each function's first call, of th
 Trident: `import trident` and the module, whose `trident.jit` loads the runtime), and of the
 total from the clock's start to the last function's first result, and what each compiler adds
 over eager (its total minus eager's).  Before the measured runs, each mode runs twice to fill
-its caches.  `--profile NAME` adds a Trident-from-disk and an eager process with a cProfile of NAME's
-first call.  Results go to benchmarks/results/latest/cold_start.md
+its caches.  `--profile NAME[,NAME...]` adds a Trident-from-disk and an eager process with a cProfile of
+each NAME's first call.  Results go to benchmarks/results/latest/cold_start.md
 unless --out says otherwise.
 """
 
@@ -194,10 +194,11 @@ out = {"import_ms": 1e3 * (t_import - t0), "first_ms": {}, "checks": {}}
 torch.manual_seed(int(os.environ.get("COLD_SEED", "0")))
 args = {name: m.inputs(name) for name in NAMES}
 t_args = time.perf_counter() - t_import  # not counted: input generation
-PROFILE = os.environ.get("COLD_PROFILE")
+PROFILE = set(filter(None, os.environ.get("COLD_PROFILE", "").split(",")))
+out["profile"] = {}
 for name in NAMES:
     fn = getattr(m, name)
-    if name == PROFILE:
+    if name in PROFILE:
         import cProfile
         prof = cProfile.Profile()
         prof.enable()
@@ -206,12 +207,12 @@ for name in NAMES:
     if args[name][0].is_cuda:
         torch.cuda.synchronize()
     out["first_ms"][name] = 1e3 * (time.perf_counter() - t)
-    if name == PROFILE:
+    if name in PROFILE:
         import io, pstats
         prof.disable()
         text = io.StringIO()
         pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(60)
-        out["profile"] = text.getvalue()
+        out["profile"][name] = text.getvalue()
 out["total_ms"] = 1e3 * (time.perf_counter() - t0 - t_args)
 if mode not in ("compile", "eager"):  # each function was called once: a hit means its first call was one
     out["first_native"] = {name: all(sum(trident.stats(f)["hits"]) > 0 for f in _jitted(name))
@@ -300,9 +301,9 @@ def main():
                     help="add Qwen3 at 2 layers (decoder layers compiled; needs transformers): "
                          "a prefill and two decode steps")
     ap.add_argument("--out", default=None)
-    ap.add_argument("--profile", default=None, metavar="NAME",
-                    help="after the runs, one more Trident-from-disk and eager process with a cProfile of NAME's "
-                         "first call, written to --profile-out")
+    ap.add_argument("--profile", default=None, metavar="NAME[,NAME...]",
+                    help="after the runs, one more Trident-from-disk and eager process with a cProfile of "
+                         "each NAME's first call, written to --profile-out")
     ap.add_argument("--profile-out", default="cold_start_profile.txt")
     ap.add_argument("--keep", default=None, metavar="DIR",
                     help="work in DIR (created) and keep it: the module, child.py and the caches, "
@@ -343,8 +344,9 @@ def main():
             with open(a.profile_out, "w") as f:
                 for m in ("trident", "eager"):
                     r = _child(work, m, 0, a.device, a.flaggems, a.qwen3, profile=a.profile)
-                    f.write(f"## {TITLES[m]}: first call of {a.profile}: "
-                            f"{r['first_ms'][a.profile]:.1f} ms\n\n{r.get('profile', '')}\n")
+                    for name in a.profile.split(","):
+                        f.write(f"## {TITLES[m]}: first call of {name}: "
+                                f"{r['first_ms'][name]:.1f} ms\n\n{r['profile'].get(name, '')}\n")
     finally:
         if not a.keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -343,12 +343,15 @@ class SCM:
         """Add `seconds` to phase `name` of the current miss (Stats.miss_phases)."""
         self._phases[name] = self._phases.get(name, 0.0) + seconds
 
-    def _prepare(self, versions: list) -> tuple:
+    def _prepare(self, versions: list, known: dict | None = None) -> tuple:
         """The C of an SCM of `versions` and its constants tuple: (units, source, consts).
         A version's unit depends on that version alone: the text of those already
-        installed is reused, only the new one is generated."""
+        installed is reused, and of those in `known` ({id(version): Unit}: a restore's units
+        as the capturing process generated them); only the others are generated."""
         t0 = time.perf_counter()
         old_units = {id(v): u for v, u in zip(self.versions, self._units)}
+        if known:
+            old_units.update(known)
         units = [old_units.get(id(v)) or cgen.generate_version(v, config.profile())
                  for v in versions]
         src = cgen.SCMSource(tuple(units), cgen.generate_dispatcher(

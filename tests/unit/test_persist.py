@@ -81,6 +81,10 @@ if os.environ.get("PERSIST_TORCH_STAMP"):
     from trident.persist import key
 
     key._torch_version = lambda: os.environ["PERSIST_TORCH_STAMP"]
+from trident.codegen import c as cgen
+
+_generate, generated = cgen.generate_version, []
+cgen.generate_version = lambda v, *a: (generated.append(v.index), _generate(v, *a))[1]
 import pmod
 
 torch.manual_seed(int(os.environ.get("PERSIST_SEED", "1")))
@@ -97,6 +101,7 @@ with warnings.catch_warnings(record=True) as rec:
                      "compiled": st["compiled_units"], "origins": st["origins"],
                      "explain": trident.explain(fn)}
 out["warnings"] = [str(w.message) for w in rec if issubclass(w.category, RuntimeWarning)]
+out["generated"] = generated  # the versions whose C unit this process generated
 import gc
 
 out["gc_enabled"] = gc.isenabled()
@@ -176,6 +181,7 @@ def test_a_new_process_serves_hits_from_disk_without_capture_or_compiler(world, 
         assert b[name]["compiled"] == [], b[name]  # every object and the SCM from the cache
         assert b[name]["origins"] == ["disk"]
         assert "version 0: loaded from disk" in b[name]["explain"]
+    assert b["generated"] == []  # each unit's text came from the record
     assert not b["warnings"], b["warnings"]
     assert b["gc_enabled"]  # the collector, paused during each restore, is on again
 
@@ -665,6 +671,29 @@ def test_a_process_does_not_load_its_own_records(h, tmp_path, monkeypatch):
     assert len(list((tmp_path / "cache" / "persist").iterdir())) == 1  # one per key: the newest
     with config.scope(TRIDENT_CACHE="off"):
         assert record.describe(_scm_of(f)).strip() == "persistence: off (TRIDENT_CACHE=off)"
+
+
+def test_a_restore_takes_a_units_text_from_the_record_only_where_it_still_applies(
+        h, monkeypatch):
+    """The unit names its version's index and follows TRIDENT_PROFILE: a version restored at
+    another index, or under another TRIDENT_PROFILE, gets its unit generated again."""
+    def body(x):
+        return x * 2 + 1
+
+    f = trident.jit(body)
+    h.check(f, body, h.rand(4))
+    scm = _scm_of(f)
+    (v,), (unit,) = scm.versions, scm._units
+    ctx = record._ctx(scm)
+    blob = record.encode_version(v, ctx, unit.text)
+    *_, same, text = record.decode_version(blob, ctx, 0)
+    assert same and text == unit.text
+    *_, same, text = record.decode_version(blob, ctx, 1)
+    assert not same and text is None
+    monkeypatch.setenv("TRIDENT_PROFILE", "1")
+    assert record.decode_version(blob, ctx, 0)[-1] is None
+    assert record.decode_version(record.encode_version(v, ctx, "/* profiled */"), ctx, 0)[-1] \
+        == "/* profiled */"
 
 
 def test_a_record_holds_only_trident_classes_and_plain_builtins():

@@ -2,7 +2,7 @@
 
 After each install (`SCM._install`), `save` writes what a new process needs to serve a
 function's versions without Dynamo: each version's host IR (guards, program, result, notes,
-reason), its constant pool as plain data (`consts.encode`) and the digest of its C unit, in a
+reason), its constant pool as plain data (`consts.encode`) and its C unit (compressed), in a
 record under the build cache: `<cache>/persist/<key>-<time_ns>-<pid>/record.pkl`, written and
 verified as a build's product is (`build.store` / `build.read_verified`: a private folder
 renamed into place, a manifest with the SHA-256, folders 0700 and ours; see
@@ -10,9 +10,10 @@ docs/cache.md).  One record per key: a writer removes the older ones.
 
 `restore` runs at a function's first miss in a process: it reads the newest record of its key
 (`key.function_key`), re-resolves each version's constants (`consts.decode`; a version whose
-names do not resolve is dropped), regenerates their C (the same text as the capturing
-process's, so `build_scm` finds every object and the linked SCM in the cache and compiles
-nothing) and installs them.  A record that does not verify or load is removed with one
+names do not resolve is dropped), takes their C units from the record (generated again only
+for a version whose index changed: the text names its index; either way the capturing
+process's text, so `build_scm` finds every object and the linked SCM in the cache and
+compiles nothing) and installs them.  A record that does not verify or load is removed with one
 warning; any other failure is a miss with one warning, never a crash.  A process does not load
 the records it wrote itself (its behaviour stays what it was), and loads at most half of the
 function's recompile limit (`loadable`).  `TRIDENT_CACHE=off` turns both directions off.
@@ -33,10 +34,12 @@ import sys
 import threading
 import time
 import warnings
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import config
+from ..codegen.unit import Unit
 from ..errors import user_stacklevel
 from ..ir import nodes as ir
 from ..native import build
@@ -138,13 +141,18 @@ def encode_version(v: ir.Version, ctx: Ctx, unit_text: str | None) -> bytes:
             installed[name] = node
     entry = {"ir": dataclasses.replace(v, consts=()), "consts": tuple(consts),
              "installed": installed,
-             "unit": hashlib.sha256(unit_text.encode()).hexdigest() if unit_text else None}
+             "unit": hashlib.sha256(unit_text.encode()).hexdigest() if unit_text else None,
+             # The unit itself (a restore that keeps the index uses it instead of generating
+             # it again: 5-10 ms a version), and whether it was generated with TRIDENT_PROFILE.
+             "text": (config.profile(), zlib.compress(unit_text.encode(), 1))
+             if unit_text else None}
     return pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def decode_version(blob: bytes, ctx: Ctx, index: int) -> tuple:
     """(version renumbered to `index`, the globals to install, its unit's text digest,
-    whether it kept its index)."""
+    whether it kept its index, its unit's text where the record holds it and it still applies:
+    the same index and TRIDENT_PROFILE setting, else None)."""
     entry = _loads(blob)
     v = entry["ir"]
     if not isinstance(v, ir.Version):
@@ -167,7 +175,12 @@ def decode_version(blob: bytes, ctx: Ctx, index: int) -> tuple:
 
     consts = tuple(const(k) for k in range(len(nodes)))
     same = v.index == index
-    return dataclasses.replace(v, consts=consts, index=index), installed, entry["unit"], same
+    text = None
+    stored = entry.get("text")
+    if same and stored is not None and stored[0] == config.profile():
+        text = zlib.decompress(stored[1]).decode()
+    return (dataclasses.replace(v, consts=consts, index=index), installed, entry["unit"], same,
+            text)
 
 
 _BUILTINS = {"set", "frozenset", "complex", "slice", "range", "Ellipsis", "NotImplemented"}
@@ -352,12 +365,12 @@ def _load(scm, st: _State, blobs: list, t0: float, last_try: bool = False) -> in
     those whose paths do not resolve yet go to `st.pending` (unless `last_try`).  The number
     installed."""
     ctx = _ctx(scm)
-    versions, units, installs, kept = [], [], {}, []
+    versions, units, installs, kept, known = [], [], {}, [], {}
     start = len(scm.versions)
     with memo():  # each object's fingerprint computed once for all the versions
         for i, blob in blobs:
             try:
-                v, inst, unit, same = decode_version(blob, ctx, start + len(versions))
+                v, inst, unit, same, text = decode_version(blob, ctx, start + len(versions))
             except Pending as e:
                 if last_try:
                     st.dropped.append(f"version {i} of the record: {e} after a call")
@@ -370,6 +383,8 @@ def _load(scm, st: _State, blobs: list, t0: float, last_try: bool = False) -> in
                 continue
             versions.append(v)
             units.append(unit)
+            if text is not None:
+                known[id(v)] = Unit(f"version_{v.index}.c", text)
             installs.update(inst)
             kept.append((same, blob))
     if not versions:
@@ -379,7 +394,8 @@ def _load(scm, st: _State, blobs: list, t0: float, last_try: bool = False) -> in
     t1 = time.perf_counter()
     st.restoring = True
     try:
-        scm._install(scm.versions + versions)
+        scm._install(scm.versions + versions,
+                     scm._prepare(scm.versions + versions, known) if known else None)
     finally:
         st.restoring = False
     t2 = time.perf_counter()
