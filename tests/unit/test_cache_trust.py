@@ -409,3 +409,58 @@ def test_build_removed_between_check_and_load_is_rebuilt(cache, monkeypatch):
     assert removed and removed[0].exists()
     st = trident.stats(f)
     assert st["fallbacks"] == 0 and st["versions"] == 1 and st["hits"] == [1], st
+
+
+# -- the runtime's index: a new process finds the runtime build without cpp_extension -----------
+
+_RUNTIME_SCRIPT = r'''
+import json, sys
+
+import torch
+import trident
+from trident.native import build
+
+before = "torch.utils.cpp_extension" in sys.modules
+mod = build.runtime_module()
+print(json.dumps({"so": mod.__file__, "before": before,
+                  "cpp_extension": "torch.utils.cpp_extension" in sys.modules}))
+'''
+
+
+def test_a_new_process_finds_the_runtime_by_its_index_and_never_trusts_a_changed_one(tmp_path):
+    root = tmp_path / "cache"
+    root.mkdir(mode=0o700)
+    (root / "runtime").mkdir(mode=0o700)
+    rt = Path(build.runtime_module().__file__).parent
+    shutil.copytree(rt, root / "runtime" / rt.name)
+    script = tmp_path / "rt.py"
+    script.write_text(_RUNTIME_SCRIPT)
+    env = {**os.environ, "TRIDENT_CACHE_DIR": str(root),
+           "PYTHONPATH": str(Path(trident.__file__).parent.parent)}
+
+    def run(**extra) -> dict:
+        proc = subprocess.run([sys.executable, str(script)], env={**env, **extra},
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert Path(out["so"]).parent == root / "runtime" / rt.name, out
+        return out
+
+    def indexes() -> dict:
+        return {p.name: (p / "tag.txt").read_text() for p in (root / "runtime").glob("index-*")}
+
+    first = run()  # finds the build the long way (cpp_extension's command) and indexes it
+    assert first["cpp_extension"] and indexes() and set(indexes().values()) == {rt.name}
+    second = run()
+    if second["before"]:
+        pytest.skip("this torch imports cpp_extension by itself")
+    assert not second["cpp_extension"]  # by the index
+    # An index whose bytes changed (it names another build) is not used, and is rewritten.
+    [name] = indexes()
+    (root / "runtime" / name / "tag.txt").write_text("0" * 20)
+    third = run()
+    assert third["cpp_extension"] and indexes() == {name: rt.name}
+    assert not run()["cpp_extension"]
+    # What the command depends on changed (here: the variables CUDA is found by): the long
+    # way again, under another index.
+    assert run(CUDA_PATH=str(tmp_path))["cpp_extension"] and len(indexes()) == 2

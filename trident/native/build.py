@@ -630,43 +630,114 @@ def _usage(folder: os.DirEntry) -> tuple[int, float]:
 
 
 def runtime_module():
-    """Build (once per torch version) and import the C++ runtime `_trident_rt`."""
+    """Build (once per torch version) and import the C++ runtime `_trident_rt`.
+
+    Its build is found by a hash of its sources and of its command (`_build`); the command
+    comes from `torch.utils.cpp_extension`, whose import (setuptools with it) costs a new
+    process 0.1-0.3 s.  So a process that found the build records its hash under a stamp of
+    what the command depends on (`_runtime_stamp`), in a product of the cache
+    (`runtime/index-<stamp>/tag.txt`, verified as any); a later process with the same stamp
+    loads the build without that import."""
     global _runtime
     if _runtime is not None:
         return _runtime
     with _lock:
         if _runtime is not None:
             return _runtime
-        from torch.utils import cpp_extension
-
         files = {n: (RUNTIME_DIR / n).read_text() for n in RUNTIME_SOURCES}
-        incs = cpp_extension.include_paths()
-        libdir = os.path.join(os.path.dirname(cpp_extension.__file__), "..", "lib")
-        libdir = os.path.normpath(libdir)
-        import torch
-
-        abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
-        cuda = _cuda_flags()
-
-        def cmd_for(srcs: list, out: str) -> list[list[str]]:
-            # One compile per source, run in parallel (the runtime's units take 5-20 s each),
-            # then the link.
-            cxx = config.cxx_compiler()
-            flags = ["-fPIC", "-O2", "-std=c++20", "-fvisibility=hidden",
-                     f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-DTORCH_EXTENSION_NAME=_trident_rt",
-                     f"-I{RUNTIME_DIR}", f"-I{_python_include()}",
-                     *[f"-I{i}" for i in incs], *cuda["cflags"]]
-            objs = [f"{src}.o" for src in srcs]
-            return [*([cxx, *flags, "-c", src, "-o", obj] for src, obj in zip(srcs, objs)),
-                    [cxx, "-shared", *objs, "-o", out, f"-L{libdir}", "-lc10", "-ltorch",
-                     "-ltorch_cpu", "-ltorch_python", *cuda["libs"], f"-Wl,-rpath,{libdir}"]]
-
-        so, _ = _build("runtime", files, cmd_for, "building Trident's runtime")
+        stamp = _runtime_stamp(files)
+        so = _indexed_runtime(stamp)
+        if so is None:
+            so = _build_runtime(files)
+            _index_runtime(stamp, so)
         spec = importlib.util.spec_from_file_location("_trident_rt", so)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         _runtime = mod
         return mod
+
+
+_RUNTIME_PRODUCT = "trident_rt.so"
+_INDEX = "tag.txt"
+
+
+def _runtime_stamp(files: dict) -> str:
+    """A digest of what the runtime's build command and sources depend on, found without
+    importing cpp_extension: the sources, Python (its include folder), torch (version,
+    folder, C++ ABI, CUDA), the compiler setting, the variables cpp_extension finds CUDA by,
+    PATH (`c++` and `nvcc` are looked up there) and where Triton is (its cuda.h)."""
+    import torch
+
+    triton = importlib.util.find_spec("triton")
+    return _digest("runtime-index 1", *files.values(), str(RUNTIME_DIR), sys.version,
+                   _python_include(),
+                   torch.__version__, torch.__file__, str(torch.version.cuda),
+                   str(int(torch._C._GLIBCXX_USE_CXX11_ABI)), config.cxx_compiler(),
+                   *(os.environ.get(k, "") for k in ("CUDA_HOME", "CUDA_PATH", "PATH")),
+                   str(triton.origin if triton else None))
+
+
+def _indexed_runtime(stamp: str) -> Path | None:
+    """The runtime build an earlier process recorded under `stamp`, if it verifies."""
+    folder = cache_root() / "runtime" / f"index-{stamp}"
+    if not os.path.lexists(folder):
+        return None
+    data, why = read_verified(folder, _INDEX)
+    tag = data.decode("ascii", "replace").strip() if data is not None else ""
+    if why is not None or len(tag) != 20 or not all(c in "0123456789abcdef" for c in tag):
+        _discard(folder)  # rewritten once the runtime is found the long way
+        return None
+    out_dir = cache_root() / "runtime" / tag
+    product = out_dir / _RUNTIME_PRODUCT
+    with _state:
+        _in_use.add(out_dir)
+    if not os.path.lexists(out_dir) or _problem(out_dir, product) is not None:
+        return None  # evicted or changed: `_build` says why, and builds it again
+    _touch(out_dir / MANIFEST)
+    return product
+
+
+def _index_runtime(stamp: str, so: Path) -> None:
+    """Record the build `so` under `stamp` (never raises: the index only saves time)."""
+    if so.name != _RUNTIME_PRODUCT or so.parent.parent != cache_root() / "runtime":
+        return  # a build from a private folder (`_build` lost its races): not indexed
+    name = f"index-{stamp}"
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            old = cache_root() / "runtime" / name
+            if os.path.lexists(old):
+                _discard(old)  # it named another build
+        store("runtime", name, _INDEX, so.parent.name.encode())
+    except (OSError, BuildError):  # FileExistsError: another process wrote it meanwhile
+        _log.debug("trident: indexing the runtime build failed", exc_info=True)
+
+
+def _build_runtime(files: dict) -> Path:
+    """Find (verified) or build the runtime's shared object."""
+    import torch
+    from torch.utils import cpp_extension
+
+    incs = cpp_extension.include_paths()
+    libdir = os.path.join(os.path.dirname(cpp_extension.__file__), "..", "lib")
+    libdir = os.path.normpath(libdir)
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    cuda = _cuda_flags()
+
+    def cmd_for(srcs: list, out: str) -> list[list[str]]:
+        # One compile per source, run in parallel (the runtime's units take 5-20 s each),
+        # then the link.
+        cxx = config.cxx_compiler()
+        flags = ["-fPIC", "-O2", "-std=c++20", "-fvisibility=hidden",
+                 f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-DTORCH_EXTENSION_NAME=_trident_rt",
+                 f"-I{RUNTIME_DIR}", f"-I{_python_include()}",
+                 *[f"-I{i}" for i in incs], *cuda["cflags"]]
+        objs = [f"{src}.o" for src in srcs]
+        return [*([cxx, *flags, "-c", src, "-o", obj] for src, obj in zip(srcs, objs)),
+                [cxx, "-shared", *objs, "-o", out, f"-L{libdir}", "-lc10", "-ltorch",
+                 "-ltorch_cpu", "-ltorch_python", *cuda["libs"], f"-Wl,-rpath,{libdir}"]]
+
+    so, _ = _build("runtime", files, cmd_for, "building Trident's runtime")
+    return so
 
 
 def _cuda_flags() -> dict:
