@@ -269,7 +269,10 @@ TITLES = {"trident": "Trident, from disk", "trident_off": "Trident, TRIDENT_CACH
 
 def _child(work: Path, mode: str, seed: int, device: str, flaggems: bool,
            qwen3: bool = False, profile: str | None = None) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRIDENT_", "TORCHINDUCTOR_"))}
+    # Bytecode caches on (PYTHONDONTWRITEBYTECODE dropped), as in an installed deployment:
+    # without them every process compiles Trident's (and the libraries') sources again.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("TRIDENT_", "TORCHINDUCTOR_")) and k != "PYTHONDONTWRITEBYTECODE"}
     path = os.pathsep.join([str(work), str(ROOT)] + [os.environ.get("PYTHONPATH", "")])
     env.update(MODES[mode], COLD_SEED=str(seed), COLD_DEVICE=device,
                COLD_FLAGGEMS="1" if flaggems else "0", COLD_QWEN3="1" if qwen3 else "0",
@@ -414,7 +417,8 @@ def _report(a, torch, warm, runs, bad) -> str:
         f"- machine: {report_info.machine(torch)}",
         f"- command: `python benchmarks/cold_start.py --runs {a.runs} --device {a.device}"
         + (" --flaggems" if a.flaggems else "") + (" --qwen3" if a.qwen3 else "") + "`",
-        "- method: each run is a fresh process; torch is imported before the clock starts; "
+        "- method: each run is a fresh process (bytecode caches on); torch is imported before "
+        "the clock starts; "
         f"per mode the median of the runs (modes interleaved), after {a.warmups} warm-up "
         "run(s) per mode that fill Trident's records and builds and Inductor's FX graph and AOTAutograd "
         "caches. Inputs: " + ("(64, 256) float32 CPU tensors." if a.device == "cpu" else
@@ -426,7 +430,7 @@ def _report(a, torch, warm, runs, bad) -> str:
            "tokens and two decode steps; the import row includes building the model."]
           if a.qwen3 else []),
         "- first call: the function's first call in the process (Trident from disk: the "
-        "record loaded, its C regenerated, every object and the linked SCM found in the "
+        "record loaded, its C units taken from it, every object and the linked SCM found in the "
         "cache, the SCM loaded, then the call served natively); import: `import trident` and "
         "the module (its `trident.jit`s load the runtime), or the module alone for "
         "torch.compile; total: clock start to the last function's first result.",
@@ -450,6 +454,11 @@ def _report(a, torch, warm, runs, bad) -> str:
               f" ms, torch.compile {med['compile']['total'] - med['eager']['total']:.0f} ms ("
               + _ratio(med['compile']['total'] - med['eager']['total'],
                        med['trident']['total'] - med['eager']['total']) + ").",
+              "- per function, over eager's own first call (what eager pays too: cuBLAS's "
+              "and Triton's first use, a library's or the model's first-call work, is not the "
+              "compiler's): " + "; ".join(
+                  f"`{n}` Trident {med['trident'][n] - med['eager'][n]:+.1f} ms, torch.compile "
+                  f"{med['compile'][n] - med['eager'][n]:+.1f} ms" for n in NAMES) + ".",
               *_eager_first(runs["trident"]),
               "- checks: " + ("every Trident-from-disk run served each function's first call "
                               "with 0 captures, hits > 0 and no C unit compiled; "
