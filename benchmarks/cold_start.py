@@ -196,8 +196,25 @@ args = {name: m.inputs(name) for name in NAMES}
 t_args = time.perf_counter() - t_import  # not counted: input generation
 PROFILE = set(filter(None, os.environ.get("COLD_PROFILE", "").split(",")))
 out["profile"] = {}
+# Python's full (generation-2) collections: the first one after the imports traverses every
+# object torch and the libraries made (70-300 ms), and lands in whatever allocates then.
+import gc
+_gc = {"t": 0.0, "ms": 0.0}
+
+
+def _gc_timer(phase, info):
+    if info["generation"] == 2:
+        if phase == "start":
+            _gc["t"] = time.perf_counter()
+        else:
+            _gc["ms"] += 1e3 * (time.perf_counter() - _gc["t"])
+
+
+gc.callbacks.append(_gc_timer)
+out["gc_ms"] = {}
 for name in NAMES:
     fn = getattr(m, name)
+    _gc["ms"] = 0.0
     if name in PROFILE:
         import cProfile
         prof = cProfile.Profile()
@@ -207,6 +224,7 @@ for name in NAMES:
     if args[name][0].is_cuda:
         torch.cuda.synchronize()
     out["first_ms"][name] = 1e3 * (time.perf_counter() - t)
+    out["gc_ms"][name] = _gc["ms"]
     if name in PROFILE:
         import io, pstats
         prof.disable()
@@ -459,6 +477,13 @@ def _report(a, torch, warm, runs, bad) -> str:
               "compiler's): " + "; ".join(
                   f"`{n}` Trident {med['trident'][n] - med['eager'][n]:+.1f} ms, torch.compile "
                   f"{med['compile'][n] - med['eager'][n]:+.1f} ms" for n in NAMES) + ".",
+              "- of which full (generation-2) collections of Python's garbage collector "
+              "(median ms; a process's first one after its imports traverses every object "
+              "torch and the libraries made, and lands in the first code that allocates "
+              "enough; eager processes meet it later): " + "; ".join(
+                  f"{TITLES[m]}: " + ", ".join(
+                      f"`{n}` {_median(rs, lambda r, n=n: r['gc_ms'][n]):.0f}" for n in NAMES)
+                  for m, rs in runs.items()) + ".",
               *_eager_first(runs["trident"]),
               "- checks: " + ("every Trident-from-disk run served each function's first call "
                               "with 0 captures, hits > 0 and no C unit compiled; "
