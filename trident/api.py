@@ -96,6 +96,9 @@ def stats(f):
             # since (they ran eagerly, uncaptured; the versions keep serving the others)
             "recompile_limit": scm.limit_reason,
             "eager_past_limit": scm.stats.eager_past_limit,
+            # TRIDENT_FLOAT_VALUES: {float's source: calls with another value of it, run
+            # eagerly once the versions held that many of its values}
+            "eager_float_values": dict(scm.stats.eager_float_values),
             # the paths that run eagerly: {"version" (None for a negative entry), "reason",
             # "hits", and "key" for a negative entry}
             "eager_paths": eager_paths,

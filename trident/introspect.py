@@ -46,6 +46,10 @@ def explain(scm: SCM) -> str:
                    "installed in the background" + ("; one in flight now (its versions are "
                    "served by units compiled at -O0 meanwhile)" if scm._tiering is not None
                    else ""))
+    for src, calls in scm.stats.eager_float_values.items():
+        out.append(f"  float {src}: the versions hold TRIDENT_FLOAT_VALUES={config.float_values()} "
+                   f"of its values; {calls} call(s) with another value ran eagerly, "
+                   "uncaptured")
     for key, entry in scm.negatives.items():
         out.append(f"  calls with {eager.describe_key(key)} run eagerly without a capture "
                    f"({entry.calls} since): {entry.reason}")

@@ -68,6 +68,9 @@ class Stats:
     eager_past_limit: int = 0
     # SCMs rebuilt at full optimisation in the background and installed (TRIDENT_TIER_UP)
     tier_ups: int = 0
+    # TRIDENT_FLOAT_VALUES: the float's source -> calls that missed on another value of it
+    # once the versions held that many, run eagerly
+    eager_float_values: dict = field(default_factory=dict)
 
 
 # Past the recompile limit, how many calls matching no version are counted before the hits
@@ -200,6 +203,11 @@ class SCM:
             return self.fn(*args, **kwargs)
         if persist.retry(self):  # versions whose paths that eager call may have built
             return self.function(*args, **kwargs)
+        churn = self._float_churn()
+        if churn is not None:  # TRIDENT_FLOAT_VALUES
+            n = self.stats.eager_float_values
+            n[churn] = n.get(churn, 0) + 1
+            return self.fn(*args, **kwargs)
         if self.versions and config.assert_no_recompile():
             raise RecompileError(f"{self.fn.__qualname__}: specialization miss ({reason})")
         if len(self.versions) + len(self.negatives) >= self.options.max_versions:
@@ -683,6 +691,32 @@ class SCM:
         cur = [h for h, _ in mod.stats()] if mod is not None else []
         cur += [0] * (len(self._hit_base) - len(cur))
         return [b + c for b, c in zip(self._hit_base, cur)]
+
+    def _float_churn(self) -> str | None:
+        """The source of a float that this miss failed on (some version's first failed guard
+        is an equality with a float there) and of which the versions already hold
+        TRIDENT_FLOAT_VALUES values, or None.  Versions specialise floats per value: one that
+        changes per call (a sampling temperature) would cost a capture per value and use up
+        the recompile limit, which the function's other paths (shapes) need."""
+        limit = config.float_values()
+        mod = self.function._module
+        if limit <= 0 or mod is None or len(self.versions) < limit:
+            return None
+        failed_on, passed = set(), set()
+        for v, (_, failed) in zip(self.versions, mod.stats()):
+            if failed < 0:
+                continue
+            for i, g in enumerate(v.guards[:failed + 1]):
+                if isinstance(g, ir.EqualsMatch) and v.consts[g.type_const] is float:
+                    (failed_on if i == failed else passed).add(str(g.source))
+        # A float some version passed has a held value: the call missed on something else.
+        for src in sorted(failed_on - passed):
+            values = {repr(v.consts[g.const]) for v in self.versions for g in v.guards
+                      if isinstance(g, ir.EqualsMatch) and str(g.source) == src
+                      and v.consts[g.type_const] is float}
+            if len(values) >= limit:
+                return src
+        return None
 
     def _miss_reason(self) -> str:
         if not self.versions:

@@ -246,3 +246,44 @@ def test_no_grad_decorated_function_runs_natively_like_eager(record_warnings):
     assert not [w for w in rec if "runs eagerly" in str(w.message)]
     st = trident.stats(f)
     assert st["versions"] == 1 and sum(st["hits"]) == 2, trident.explain(f)
+
+
+def _tempered(logits, temperature):
+    return torch.softmax(logits / temperature, -1)
+
+
+def _affine(x, a, b):
+    return x * a + b
+
+
+def test_a_float_that_changes_per_call_runs_eagerly_past_its_values(h, monkeypatch):
+    """Floats are specialised per value: once the versions hold TRIDENT_FLOAT_VALUES values
+    of one float, a miss on another value of it runs eagerly, uncaptured; its held values
+    keep hitting, and other paths (another float's new value, a new shape) are captured."""
+    monkeypatch.setenv("TRIDENT_FLOAT_VALUES", "3")
+    fn = h.fresh(_affine)
+    f = trident.jit(fn, max_versions=8)
+    for a in (0.5, 0.7, 0.9):  # three values of `a`: three versions
+        h.check(f, fn, h.rand(4, 16), a, 1.0)
+    for a in (1.1, 1.3):  # another value each: eager, no capture
+        h.check(f, fn, h.rand(4, 16), a, 1.0)
+    st = trident.stats(f)
+    assert st["captures"] == 3 and st["eager_float_values"] == {"L['a']": 2}, st
+    assert "float L['a']" in trident.explain(f)
+    # `a` held (version 0 passes its guard), `b` new: that miss is b's, which has one value
+    h.check(f, fn, h.rand(4, 16), 0.5, 2.0)
+    h.check(f, fn, h.rand(4, 16), 0.7, 1.0)  # a held pair hits
+    h.check(f, fn, h.rand(8, 16), 0.7, 1.0)  # a new shape is a new path: captured
+    st = trident.stats(f)
+    assert st["captures"] == 5 and sum(st["hits"]) == 1 and st["recompile_limit"] is None, st
+    assert st["eager_float_values"] == {"L['a']": 2}
+
+
+def test_float_values_zero_captures_every_value(h, monkeypatch):
+    monkeypatch.setenv("TRIDENT_FLOAT_VALUES", "0")
+    fn = h.fresh(_tempered)
+    f = trident.jit(fn, max_versions=8)
+    for t in (0.5, 0.7, 0.9, 1.1, 1.3):
+        h.check(f, fn, h.rand(4, 16), t)
+    st = trident.stats(f)
+    assert st["captures"] == 5 and st["eager_float_values"] == {}
