@@ -203,13 +203,13 @@ class SCM:
             return self.fn(*args, **kwargs)
         if persist.retry(self):  # versions whose paths that eager call may have built
             return self.function(*args, **kwargs)
+        if self.versions and config.assert_no_recompile():
+            raise RecompileError(f"{self.fn.__qualname__}: specialization miss ({reason})")
         churn = self._float_churn()
         if churn is not None:  # TRIDENT_FLOAT_VALUES
             n = self.stats.eager_float_values
             n[churn] = n.get(churn, 0) + 1
             return self.fn(*args, **kwargs)
-        if self.versions and config.assert_no_recompile():
-            raise RecompileError(f"{self.fn.__qualname__}: specialization miss ({reason})")
         if len(self.versions) + len(self.negatives) >= self.options.max_versions:
             result = self.fn(*args, **kwargs)  # eager's own error, if any, stays an error
             return self._limit_reached(
