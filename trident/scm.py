@@ -97,6 +97,7 @@ class SCM:
         # Set when versions were loaded from disk: the next miss runs eagerly, uncaptured.
         self._restored_miss_eager = False
         self._warned: set = set()  # reasons already warned of (numbers left out)
+        self._float_eqs: dict = {}  # see _index_float_eqs
         # Index of the first version whose capture found that this function's Triton
         # launches need static shapes; from then on misses capture statically.
         self.static_after: int | None = None
@@ -128,6 +129,15 @@ class SCM:
             if self._past_window >= PAST_LIMIT_WINDOW:
                 self._past_limit_check()
             return self.fn(*args, **kwargs)
+        if self._float_eqs and self.fallback_reason is None:
+            churn = self._float_churn()
+            if churn is not None:  # TRIDENT_FLOAT_VALUES: eager's call, no lock, no capture
+                if config.assert_no_recompile():
+                    raise RecompileError(f"{self.fn.__qualname__}: specialization miss "
+                                         f"(float {churn} has a value no version holds)")
+                n = self.stats.eager_float_values
+                n[churn] = n.get(churn, 0) + 1
+                return self.fn(*args, **kwargs)
         # Remember which SCM this thread missed in, before waiting for the lock.
         self._tls.module = self.function._module
         try:
@@ -205,11 +215,6 @@ class SCM:
             return self.function(*args, **kwargs)
         if self.versions and config.assert_no_recompile():
             raise RecompileError(f"{self.fn.__qualname__}: specialization miss ({reason})")
-        churn = self._float_churn()
-        if churn is not None:  # TRIDENT_FLOAT_VALUES
-            n = self.stats.eager_float_values
-            n[churn] = n.get(churn, 0) + 1
-            return self.fn(*args, **kwargs)
         if len(self.versions) + len(self.negatives) >= self.options.max_versions:
             result = self.fn(*args, **kwargs)  # eager's own error, if any, stays an error
             return self._limit_reached(
@@ -401,6 +406,7 @@ class SCM:
         self._hit_base += [0] * (len(versions) - len(self._hit_base))
         # Only now, with the whole new SCM loaded, does the callable switch.
         self.function._install(module)
+        self._index_float_eqs(versions)
         self.versions = versions
         self._units = units
         self._source = src
@@ -700,23 +706,35 @@ class SCM:
         the recompile limit, which the function's other paths (shapes) need."""
         limit = config.float_values()
         mod = self.function._module
-        if limit <= 0 or mod is None or len(self.versions) < limit:
+        versions = self.versions
+        if limit <= 0 or mod is None or len(versions) < limit:
             return None
+        eqs = self._float_eqs
         failed_on, passed = set(), set()
-        for v, (_, failed) in zip(self.versions, mod.stats()):
-            if failed < 0:
-                continue
-            for i, g in enumerate(v.guards[:failed + 1]):
-                if isinstance(g, ir.EqualsMatch) and v.consts[g.type_const] is float:
-                    (failed_on if i == failed else passed).add(str(g.source))
+        for v, (_, failed) in zip(versions, mod.stats()):
+            for i, src, _ in eqs.get(id(v), ()):
+                if i > failed:
+                    break
+                (failed_on if i == failed else passed).add(src)
         # A float some version passed has a held value: the call missed on something else.
         for src in sorted(failed_on - passed):
-            values = {repr(v.consts[g.const]) for v in self.versions for g in v.guards
-                      if isinstance(g, ir.EqualsMatch) and str(g.source) == src
-                      and v.consts[g.type_const] is float}
+            values = {val for v in versions for _, s, val in eqs.get(id(v), ()) if s == src}
             if len(values) >= limit:
                 return src
         return None
+
+    def _index_float_eqs(self, versions: list) -> None:
+        """`_float_eqs` for `versions` (at each install): id(version) -> its equality guards
+        on floats, as (guard index, source, value), in guard order; empty where none has
+        one (the miss path then skips `_float_churn`)."""
+        out = {}
+        for v in versions:
+            eqs = tuple((i, str(g.source), repr(v.consts[g.const]))
+                        for i, g in enumerate(v.guards)
+                        if isinstance(g, ir.EqualsMatch) and v.consts[g.type_const] is float)
+            if eqs:
+                out[id(v)] = eqs
+        self._float_eqs = out
 
     def _miss_reason(self) -> str:
         if not self.versions:
