@@ -66,8 +66,9 @@ def explain(f) -> str:
 def wait(f=None, timeout: float | None = None) -> bool:
     """Wait until `f`'s builds in the background are installed: a version compiled there
     (TRIDENT_BACKGROUND_BUILD) and the SCM rebuilt at full optimisation after a miss
-    (TRIDENT_TIER_UP); every function's when `f` is None; at most `timeout` seconds.  Returns
-    whether no build is pending any more; with none in flight it returns at once."""
+    (TRIDENT_TIER_UP); every function's, and the build cache's first-use trim, when `f` is
+    None; at most `timeout` seconds.  Returns whether no build is pending any more; with none
+    in flight it returns at once."""
     if f is None:
         return wait_all(timeout)
     return _scm_of(f).wait(timeout)

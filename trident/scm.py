@@ -791,13 +791,14 @@ _BUILD_SLOTS = threading.BoundedSemaphore(max(1, os.cpu_count() or 1))
 
 
 def wait_all(timeout: float | None = None) -> bool:
-    """Wait for every function's background build; whether none is pending now."""
+    """Wait for every function's background build, and the build cache's first-use trim;
+    whether none is pending now."""
     deadline = None if timeout is None else time.monotonic() + timeout
     for scm in list(_building):
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         if not scm.wait(left):
             return False
-    return True
+    return build.wait_trims(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
 
 def _forget_builds() -> None:

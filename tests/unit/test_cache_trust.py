@@ -332,9 +332,12 @@ def test_cache_size_limit_evicts_the_least_recently_used(cache, monkeypatch, h):
     monkeypatch.setenv("TRIDENT_CACHE_MAX_MB", "1")
     cache.mkdir(mode=0o700)
     fakes = _fake_builds(cache, 8, 1, "fake-a")  # 1.6 MB
+    build.cache_root()  # the first use of this cache trims it, in a thread
+    assert build.wait_trims(60)
+    assert _total(cache) <= 2**20 and not fakes[0].exists()
     fn = h.fresh(_fn)
     f = trident.jit(fn)
-    _check_calls(f, fn, 4)  # the first use of this cache trims it, and so does the build
+    _check_calls(f, fn, 4)  # and so does the build, once past the limit
     assert _total(cache) <= 2**20
     kept = [d.exists() for d in fakes]
     assert kept == sorted(kept) and not kept[0] and kept[-1]  # the oldest went first
@@ -353,6 +356,24 @@ def test_cache_size_limit_evicts_the_least_recently_used(cache, monkeypatch, h):
     many = _fake_builds(cache, 6, 0, "fake-c")
     build.trim_cache()
     assert all(d.exists() for d in many)
+
+
+def test_the_first_use_trims_in_a_thread_that_wait_joins(cache, monkeypatch):
+    import threading
+
+    release, scanned = threading.Event(), []
+    real = build.trim_cache
+
+    def slow_trim(root=None):  # a large cache's scan, held until released
+        assert release.wait(60)
+        scanned.append(root)
+        real(root)
+
+    monkeypatch.setattr(build, "trim_cache", slow_trim)
+    assert build.cache_root() == cache  # returns while the scan is held
+    assert not build.wait_trims(0.05) and not scanned
+    release.set()
+    assert trident.wait(timeout=60) and scanned == [cache]
 
 
 # -- (g) superseded SCMs ------------------------------------------------------------------------

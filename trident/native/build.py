@@ -99,14 +99,50 @@ def cache_root() -> Path:
     """The root every build goes under: `config.cache_dir()` if it is a folder of ours that no
     one else can write to (and so are its kind folders that exist), else a private temporary
     folder for the rest of the process, with one RuntimeWarning saying why.  Checked once per
-    process (per configured folder); that first use also trims the cache to its size limit."""
+    process (per configured folder); that first use also trims the cache to its size limit, in
+    a thread (`_trim_later`)."""
     want = config.cache_dir()
     with _state:
         root = _roots.get(want)
         if root is None:
             root = _roots[want] = _trusted_root(want)
-            trim_cache(root)
+            _trim_later(root)
         return root
+
+
+# The first use's trims in flight: root -> thread (`wait_trims` joins them).
+_trims: dict = {}
+
+
+def _trim_later(root: Path) -> None:
+    """`trim_cache(root)` in a daemon thread: its scan costs about 55 us per build folder
+    (0.17 s for 3000 on the 2-core machine), which a new process's first call would otherwise
+    wait for; run beside it, it did not slow a Python loop of the main thread.  A build this
+    process verifies meanwhile and the thread then evicts is found missing or changed when
+    used, as another process's eviction would be (`_build` builds it again; a load that fails
+    verifies once more).  An eviction cut short at exit leaves a `.`-folder that stale removal
+    deletes."""
+    def run():
+        try:
+            trim_cache(root)
+        except Exception:  # noqa: BLE001 - trimming only saves disk
+            _log.debug("trident: trimming %s failed", root, exc_info=True)
+
+    t = threading.Thread(target=run, name="trident-cache-trim", daemon=True)
+    _trims[root] = t
+    try:
+        t.start()
+    except RuntimeError:  # no thread to be had (interpreter shutting down): trim here
+        del _trims[root]
+        run()
+
+
+def wait_trims(timeout: float | None = None) -> bool:
+    """Wait for the first-use trims in flight; whether none is left."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for t in list(_trims.values()):
+        t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+    return not any(t.is_alive() for t in _trims.values())
 
 
 def _trusted_root(root: Path) -> Path:
@@ -383,6 +419,7 @@ def after_fork_in_child() -> None:
     """In a forked child: the lock a building thread of the parent may have held, anew."""
     global _state
     _state = threading.RLock()
+    _trims.clear()  # their threads did not come along
 
 
 def _build(kind: str, files: dict, cmd_for, what: str, suffix: str = ".so",
@@ -582,8 +619,8 @@ def trim_cache(root: Path | None = None) -> None:
     """Evict the least recently used build folders (by their manifest's mtime, which each use
     touches) until the cache's total size is within TRIDENT_CACHE_MAX_MB; never a build this
     process uses (the runtime, every product it returned).  Runs at a process's first use of
-    the cache (a scan: about 40 us per build folder) and when what this process built since
-    takes the cache past the limit."""
+    the cache, in a thread (a scan: about 55 us per build folder), and when what this process
+    built since takes the cache past the limit."""
     limit = config.cache_max_mb()
     if limit <= 0:
         return
