@@ -156,3 +156,26 @@ def test_triton_versions_load_from_disk_in_a_new_process(tmp_path):
             problems.append("B " + _why(b, name))
     assert not problems, "\n\n".join(problems)
     assert not b["warnings"], b["warnings"]
+
+
+def test_a_cuda_tensor_constant_comes_back_on_its_device_with_its_view():
+    import pickle
+
+    import torch
+
+    from trident.persist import consts, record
+
+    ctx = consts.Ctx(_why, globals(), __builtins__ if isinstance(__builtins__, dict)
+                     else __builtins__.__dict__)
+    g = torch.Generator(device="cuda").manual_seed(3)
+    for obj in [torch.randn(4, 6, device="cuda", generator=g)[:, 1:3],
+                torch.empty(0, 4, device="cuda", dtype=torch.bfloat16),
+                torch.nn.Parameter(torch.randn(5, device="cuda", generator=g)),
+                torch.randn(3, device="cuda", generator=g).expand(2, 3)]:
+        node = consts.encode(obj, ctx)
+        assert node[0] == "tensor_raw"
+        back = consts.decode(record._loads(pickle.dumps(node)), ctx)
+        assert type(back) is type(obj) and back.device == obj.device
+        assert (back.shape, back.stride(), back.storage_offset(), back.dtype) == \
+            (obj.shape, obj.stride(), obj.storage_offset(), obj.dtype)
+        assert torch.equal(back, obj)

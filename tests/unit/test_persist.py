@@ -617,6 +617,36 @@ def test_constants_are_re_resolved_by_name_or_value(obj):
         assert back is obj
 
 
+def _tensor_constants():
+    g = torch.Generator().manual_seed(7)
+    r = lambda *s, **k: torch.randn(*s, generator=g, **k)  # noqa: E731
+    return [r(3, 4), r(4, 6)[:, 1:3], torch.empty(0, 4), torch.nn.Parameter(r(2)),
+            torch.arange(10)[2:8:2], r(()).to(torch.bfloat16), r(5) > 0, r(3).expand(4, 3),
+            r(2, 2, dtype=torch.complex64), r(2, 2, dtype=torch.complex64).conj(),
+            r(3).to(torch.float8_e4m3fn), r(3).requires_grad_()]
+
+
+@pytest.mark.parametrize("i", range(len(_tensor_constants())))
+def test_a_tensor_constant_comes_back_with_its_storage_and_view(i):
+    obj = _tensor_constants()[i]
+    ctx = _ctx()
+    node = consts.encode(obj, ctx)
+    # storage bytes and view, no unpickler; a conjugate view goes through torch.save
+    assert node[0] == ("tensor" if obj.is_conj() else "tensor_raw")
+    back = consts.decode(record._loads(__import__("pickle").dumps(node)), ctx)
+    assert type(back) is type(obj) and back is not obj and back._base is None
+    assert (back.dtype, back.shape, back.stride(), back.storage_offset(), back.requires_grad,
+            back.is_conj()) == (obj.dtype, obj.shape, obj.stride(), obj.storage_offset(),
+                                obj.requires_grad, obj.is_conj())
+    assert back.untyped_storage().nbytes() == obj.untyped_storage().nbytes()
+    assert obj.numel() == 0 or back.untyped_storage().data_ptr() != obj.untyped_storage().data_ptr()
+
+    def raw(t):
+        return t.detach().resolve_conj().contiguous().reshape(-1).view(torch.uint8)
+
+    assert torch.equal(raw(back), raw(obj))
+
+
 @pytest.mark.parametrize("obj", [lambda x: x, (lambda: 0).__code__, object(),
                                  torch.nn.Linear(2, 2)])
 def test_objects_without_a_name_are_not_persisted(obj):

@@ -13,8 +13,8 @@ makes the object it stands for in this process:
   carries a fingerprint of its code (`fingerprint`): a helper whose body changed since the
   capture does not resolve, although its identity guard would pass;
 - by value: None, bools, numbers, strings, bytes, torch.Size, devices, tuples, lists, sets,
-  dicts of those, and tensors (strided leaves, through `torch.save` / `torch.load(weights_only=
-  True)`).
+  dicts of those, and tensors (strided leaves: CPU and CUDA tensors as their storage's bytes
+  and their view, others through `torch.save` / `torch.load(weights_only=True)`).
 
 An autotuned launch's `ir.launch.Resolver` is data: its user's autotuner and kernel by name,
 Dynamo's configs, and the variants it has chosen (`_encode_resolver`); a Triton `Config` by its
@@ -27,6 +27,7 @@ A name that does not resolve in the new process raises `Unresolved`: that versio
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import enum
 import hashlib
 import importlib
@@ -267,6 +268,9 @@ def encode(obj, ctx: Ctx, depth: int = 0):
     if t in (torch.Tensor, torch.nn.Parameter):
         if obj.grad_fn is not None or obj.is_meta or obj.layout != torch.strided:
             raise NoName("a tensor constant that is not a strided leaf")
+        node = _raw_tensor(obj)
+        if node is not None:
+            return node
         buf = io.BytesIO()
         torch.save(obj, buf)
         return ("tensor", buf.getvalue())
@@ -462,6 +466,44 @@ def _named(obj, ctx: Ctx, depth: int):
     raise NoName(f"{desc} ({type(obj).__qualname__}) has no name to re-resolve it by")
 
 
+def _raw_tensor(t: torch.Tensor):
+    """A CPU or CUDA tensor's storage bytes and view, or None where torch.save must keep it
+    (quantized, conjugate or negative bits, names, other devices).  `torch.load`'s
+    weights-only unpickler costs 0.2-1.5 ms a tensor in a new process; this is a copy."""
+    if t.device.type not in ("cpu", "cuda") or t.is_quantized or t.is_conj() or t.is_neg() \
+            or any(n is not None for n in (getattr(t, "names", None) or ())):
+        return None
+    dtype = str(t.dtype).removeprefix("torch.")
+    if getattr(torch, dtype, None) is not t.dtype:
+        return None
+    storage = t.untyped_storage()
+    if storage.device.type != "cpu":
+        storage = storage.cpu()
+    n = storage.nbytes()
+    raw = ctypes.string_at(storage.data_ptr(), n) if n else b""
+    return ("tensor_raw", dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset(),
+            str(t.device), raw, type(t) is torch.nn.Parameter, t.requires_grad)
+
+
+def _raw_tensor_decode(node) -> torch.Tensor:
+    _, dtype_name, shape, stride, offset, device, raw, param, grad = node
+    dtype = getattr(torch, dtype_name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise Unresolved(f"torch.{dtype_name} is not a dtype here")
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is not None \
+            and device.index >= torch.cuda.device_count():
+        raise Unresolved(f"a tensor constant on {device}, which this process does not have")
+    flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw \
+        else torch.empty(0, dtype=torch.uint8)
+    storage = flat.to(device).untyped_storage()
+    with torch.no_grad():
+        t = torch.empty(0, dtype=dtype, device=device).set_(storage, offset, shape, stride)
+    if param:
+        return torch.nn.Parameter(t, requires_grad=grad)
+    return t.requires_grad_(grad)
+
+
 def decode(node, ctx: Ctx):
     """The object a node stands for in this process, or Unresolved."""
     tag = node[0]
@@ -481,6 +523,8 @@ def decode(node, ctx: Ctx):
         return obj
     if tag == "device":
         return torch.device(node[1])
+    if tag == "tensor_raw":
+        return _raw_tensor_decode(node)
     if tag == "tensor":
         t = torch.load(io.BytesIO(node[1]), weights_only=True)
         if type(t) not in (torch.Tensor, torch.nn.Parameter):
@@ -569,8 +613,8 @@ def encode_at(obj, src, ctx: Ctx):
 def decode_at(node, ctx: Ctx, const, installed: dict):
     """The object an "at" node stands for: its path evaluated in this process (`const(k)`: the
     version's k-th constant; `installed`: the module aliases the version's Dynamo capture put in
-    the globals, before they are installed).  Pending where the path does not resolve (yet); Unresolved where
-    it resolves to other code than the capture's."""
+    the globals, before they are installed).  Pending where the path does not resolve (yet);
+    Unresolved where it resolves to other code than the capture's."""
     _, src, fp = node
     obj = _eval_path(src, ctx, const, installed)
     _check_fingerprint(obj, fp, f"the object at {src}")

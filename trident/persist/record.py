@@ -129,7 +129,7 @@ def encode_version(v: ir.Version, ctx: Ctx, unit_text: str | None) -> bytes:
         node = consts[i] if 0 <= i < len(consts) else ("atom", 0)
         if node[0] not in BY_NAME and not (
                 node[0] == "atom" and any(node[1] is x for x in (None, True, False, Ellipsis))
-        ) and not (node[0] == "tensor" and i not in seen["identity"]):
+        ) and not (node[0] in ("tensor", "tensor_raw") and i not in seen["identity"]):
             raise NoName(f"K[{i}] is compared by identity or read as a source and is a "
                          "value, not a name")
     installed = {}
