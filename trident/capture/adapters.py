@@ -89,6 +89,8 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..ir.nodes import Frozen, frozen
+
 log = logging.getLogger("trident")
 
 # Known wrappers: (module, class name) -> the attribute holding the kernel.
@@ -182,8 +184,8 @@ class State:
 # -- the registry ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Adapter:
+@frozen
+class Adapter(Frozen):
     """One patch of a torch or Triton internal, set only while a capture runs (`active`).
 
     `module`.`target` (a dotted attribute path inside the module) is replaced by

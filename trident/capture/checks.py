@@ -9,20 +9,20 @@ says why any other grad-mode, inference-mode or autocast change inside is refuse
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 
 from ..errors import UnsupportedError
+from ..ir.nodes import Frozen, frozen
 
 if TYPE_CHECKING:
     from torch._dynamo.source import Source
     from torch._dynamo.variables.base import VariableTracker
 
 
-@dataclass(frozen=True)
-class AttrStore:
+@frozen
+class AttrStore(Frozen):
     """`target.name = value` on an object that existed before the call, as Dynamo traced it
     (`value` a VariableTracker); `obj` is the object itself, read after the capturing call
     to check the value the version will store (`returns.check_described`)."""
@@ -79,8 +79,11 @@ def check_side_effects(output_graph, own_kwargs: str | None = None) -> tuple[Att
     an attribute deleted, an object without a source) and tensor hooks are refused."""
     se = output_graph.side_effects
     from torch._dynamo.source import LocalSource
-    from torch._dynamo.variables.base import (AttributeMutationExisting, AttributeMutationNew,
-                                              ValueMutationNew)
+    from torch._dynamo.variables.base import (
+        AttributeMutationExisting,
+        AttributeMutationNew,
+        ValueMutationNew,
+    )
     from torch._dynamo.variables.misc import DeletedVariable
     from torch._dynamo.variables.user_defined import UserDefinedObjectVariable
 

@@ -14,16 +14,29 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 
 from ..errors import UnsupportedError
+from ..ir.nodes import Frozen, frozen
 from . import rebuild
 from .checks import AttrStore, own_kwargs_name
-from .returns import (Const, DictOf, GraphOutput, InputRef, NewObject, Rebuild, RebuildArg,
-                      ReturnDesc, Returned, Seq, Shared, SourceRef, Store)
+from .returns import (
+    Const,
+    DictOf,
+    GraphOutput,
+    InputRef,
+    NewObject,
+    Rebuild,
+    RebuildArg,
+    ReturnDesc,
+    Returned,
+    Seq,
+    Shared,
+    SourceRef,
+    Store,
+)
 
 if TYPE_CHECKING:
     from torch._dynamo.source import Source
@@ -39,8 +52,8 @@ def describe_return(tx, gm: torch.fx.GraphModule, stores: tuple[AttrStore, ...] 
     return _Describer(tx, gm, fn, bool(stores)).describe(stores)
 
 
-@dataclass(frozen=True)
-class _Pending:
+@frozen
+class _Pending(Frozen):
     """A container the function made, while the walk goes on: `Shared` where it comes again
     (the walk's `walked` table then holds its share number), else `desc` itself."""
 
@@ -180,8 +193,14 @@ class _Describer:
         return self.walk_new(vt, depth)
 
     def walk_new(self, vt, depth: int) -> _Desc:
-        from torch._dynamo.variables import (ConstantVariable, ConstDictVariable, ListVariable,
-                                             SymNodeVariable, TensorVariable, TupleVariable)
+        from torch._dynamo.variables import (
+            ConstantVariable,
+            ConstDictVariable,
+            ListVariable,
+            SymNodeVariable,
+            TensorVariable,
+            TupleVariable,
+        )
         from torch._dynamo.variables.base import AttributeMutationNew
         from torch._dynamo.variables.lists import SizeVariable
         from torch._dynamo.variables.user_defined import UserDefinedObjectVariable

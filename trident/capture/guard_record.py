@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..ir.nodes import Frozen, frozen
+
 if TYPE_CHECKING:
     from torch._dynamo.source import Source
 
@@ -32,8 +34,8 @@ _CONTENT_KINDS = ("SEQUENCE_LENGTH", "LIST_LENGTH", "DICT_LENGTH", "DICT_KEYS", 
                   "EMPTY_NN_MODULE_HOOKS_DICT")
 
 
-@dataclass(frozen=True)
-class Presence:
+@frozen
+class Presence(Frozen):
     """A HASATTR entry's answer, taken before the call: `hasattr(object, name)`."""
 
     present: bool

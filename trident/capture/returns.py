@@ -22,10 +22,11 @@ stored; `ir.lower` turns it into the version's output tree (`ir.Out*`).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 import torch
+
+from ..ir.nodes import Frozen, frozen
 
 if TYPE_CHECKING:
     from torch._dynamo.source import Source
@@ -33,55 +34,55 @@ if TYPE_CHECKING:
 Kind = Literal["tensor", "int", "bool"]
 
 
-@dataclass(frozen=True)
-class GraphOutput:
+@frozen
+class GraphOutput(Frozen):
     """The `index`-th output of the captured graph."""
 
     index: int
     kind: Kind
 
 
-@dataclass(frozen=True)
-class InputRef:
+@frozen
+class InputRef(Frozen):
     """The `index`-th input (placeholder) of the captured graph, returned as it came in."""
 
     index: int
     kind: Kind
 
 
-@dataclass(frozen=True)
-class SourceRef:
+@frozen
+class SourceRef(Frozen):
     """An object that existed before the call (an argument, a global, an input Dynamo pruned
     from the graph), returned as itself: loaded from its Dynamo source."""
 
     source: Source
 
 
-@dataclass(frozen=True)
-class Const:
+@frozen
+class Const(Frozen):
     """A constant under the version's guards."""
 
     value: object
 
 
-@dataclass(frozen=True)
-class Seq:
+@frozen
+class Seq(Frozen):
     """A tuple, list or torch.Size the function built."""
 
     kind: Literal["tuple", "list", "size"]
     items: tuple[ReturnDesc, ...]
 
 
-@dataclass(frozen=True)
-class DictOf:
+@frozen
+class DictOf(Frozen):
     """A plain dict the function built: its constant keys in order, a value for each."""
 
     keys: tuple[object, ...]
     values: tuple[ReturnDesc, ...]
 
 
-@dataclass(frozen=True)
-class NewObject:
+@frozen
+class NewObject(Frozen):
     """A dataclass object the function created: `cls(**dict(zip(names, values)))`, every
     field an __init__ argument (`check_described` checks that this rebuilds the object)."""
 
@@ -90,15 +91,15 @@ class NewObject:
     values: tuple[ReturnDesc, ...]
 
 
-@dataclass(frozen=True)
-class RebuildArg:
+@frozen
+class RebuildArg(Frozen):
     """A constant argument of a `Rebuild` call (a class, keys, a maxlen, an attribute name)."""
 
     value: object
 
 
-@dataclass(frozen=True)
-class Rebuild:
+@frozen
+class Rebuild(Frozen):
     """`fn(**dict(zip(names, values)))` with `fn` one of `capture.rebuild`'s functions."""
 
     fn: Callable[..., object]
@@ -106,8 +107,8 @@ class Rebuild:
     values: tuple[ReturnDesc | RebuildArg, ...]
 
 
-@dataclass(frozen=True)
-class Shared:
+@frozen
+class Shared(Frozen):
     """An object the function built that is returned (or stored) at several places: built at
     its first place (`desc`), the same object again at the others (`desc` None)."""
 
@@ -115,8 +116,8 @@ class Shared:
     desc: ReturnDesc | None
 
 
-@dataclass(frozen=True)
-class Store:
+@frozen
+class Store(Frozen):
     """`setattr(target, name, value)` on an object that existed before the call."""
 
     target: Source
@@ -124,8 +125,8 @@ class Store:
     value: ReturnDesc
 
 
-@dataclass(frozen=True)
-class Returned:
+@frozen
+class Returned(Frozen):
     """The whole description: the attribute stores, in Dynamo's order, then the value (an
     object both stored and returned is built at its store and is that object in the value)."""
 

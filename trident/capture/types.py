@@ -4,11 +4,11 @@ whose capture was refused (carried by the error as `.guards`)."""
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 
+from ..ir.nodes import Frozen, frozen
 from .guard_record import ShapeExpr, SizesStrides
 from .returns import Returned
 
@@ -22,16 +22,16 @@ if TYPE_CHECKING:
 ExtraGuard = tuple[str, "Source", object]
 
 
-@dataclass(frozen=True)
-class GraphInput:
+@frozen
+class GraphInput(Frozen):
     """One placeholder of the graph: where its value comes from at call time."""
 
     source: Source | None  # None only in a capture that is refused
     example: object  # FakeTensor, SymInt, int, float
 
 
-@dataclass(frozen=True)
-class PathGuards:
+@frozen
+class PathGuards(Frozen):
     """The guards Dynamo recorded for a path whose capture was refused, with what
     `guards.translate` reads beside the entries (the fields of `Capture` of the same names):
     the refused path's eager version runs under exactly these. For a trace that stopped (a
@@ -49,8 +49,8 @@ class PathGuards:
     global_scope: dict[str, object] | None = None
 
 
-@dataclass(frozen=True)
-class Capture:
+@frozen
+class Capture(Frozen):
     """One executed path of the function, captured: built once, at the end of a capture."""
 
     aten_graph: torch.fx.GraphModule

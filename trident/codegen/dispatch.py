@@ -11,15 +11,15 @@ used.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 from .. import abi
 from ..ir import nodes as ir
+from ..ir.nodes import Frozen, frozen
 from .unit import Unit
 
 
-@dataclass(frozen=True)
-class Layout:
+@frozen
+class Layout(Frozen):
     """Where each version's constant pool starts in the shared tuple."""
 
     bases: tuple
@@ -91,8 +91,8 @@ _INDEX_WIDTH = abi.INDEX_WIDTH    # TRT_SCM_INDEX_WIDTH
 _INDEX_GROUPS = abi.INDEX_GROUPS  # TRT_SCM_INDEX_GROUPS
 
 
-@dataclass(frozen=True)
-class Probe:
+@frozen
+class Probe(Frozen):
     """One tensor argument of a group's key: tensor_match with every size and stride
     symbolic, then the values at `pos` (d: size d, ndim + d: stride d) go into the key."""
 
@@ -107,8 +107,8 @@ class Probe:
     pos: tuple
 
 
-@dataclass(frozen=True)
-class KeyPart:
+@frozen
+class KeyPart(Frozen):
     """One tensor argument's part of a version's key: its probe, the identity of its type
     object (versions share a group only with the same type), and the values at probe.pos."""
 
@@ -117,8 +117,8 @@ class KeyPart:
     values: tuple
 
 
-@dataclass(frozen=True)
-class Group:
+@frozen
+class Group(Frozen):
     """Versions whose keys have the same probes; `keys` maps each key (a tuple of sizes and
     strides, sorted) to the dispatch positions of its versions, ascending."""
 
@@ -126,8 +126,8 @@ class Group:
     keys: tuple  # ((key, (position, ...)), ...), ascending by key
 
 
-@dataclass(frozen=True)
-class DispatchIndex:
+@frozen
+class DispatchIndex(Frozen):
     groups: tuple
     keyless: tuple  # positions of the versions in no group, ascending
 

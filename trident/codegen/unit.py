@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ..ir.nodes import Frozen, frozen
 
 
-@dataclass(frozen=True)
-class Unit:
+@frozen
+class Unit(Frozen):
     """One C translation unit: its file name in the build and its text."""
 
     name: str
     text: str
 
 
-@dataclass(frozen=True)
-class SCMSource:
+@frozen
+class SCMSource(Frozen):
     """The C of one SCM: a unit per version, in dispatch order, and the
     dispatcher.  `text()` is all of it as one listing, for dumps and golden
     tests; the build compiles the units separately."""

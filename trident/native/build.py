@@ -42,11 +42,11 @@ import tempfile
 import threading
 import time
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 from .. import config
 from ..errors import BuildError, user_stacklevel
+from ..ir.nodes import Frozen, frozen
 
 _log = logging.getLogger("trident")
 RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
@@ -799,8 +799,8 @@ def _cuda_flags() -> dict:
     return {"cflags": ["-DTRT_WITH_CUDA", *[f"-I{i}" for i in incs]], "libs": ["-lc10_cuda"]}
 
 
-@dataclass(frozen=True)
-class SCMBuild:
+@frozen
+class SCMBuild(Frozen):
     """A built SCM: its shared object, the objects linked into it (one per
     version, in order, then scm_main.o) and the units this build compiled
     (the others' objects came from the cache); `dispatcher` is its dispatcher's object;

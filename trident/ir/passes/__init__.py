@@ -13,10 +13,11 @@ Two kinds:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from ... import config
 from .. import nodes as ir
+from ..nodes import Frozen, frozen
 from .below_autograd import below_autograd_nodes, no_autograd
 from .buffer_reuse import inplace_nodes
 from .dead_clone import dead_clones
@@ -37,8 +38,8 @@ def run(v: ir.Version) -> ir.Version:
     return v
 
 
-@dataclass(frozen=True)
-class LoweringPlan:
+@frozen
+class LoweringPlan(Frozen):
     """What the FX-graph analyses decided for one version's lowering."""
 
     below: frozenset = frozenset()  # call nodes that run below the autograd layer
