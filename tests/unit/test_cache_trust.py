@@ -485,3 +485,29 @@ def test_a_new_process_finds_the_runtime_by_its_index_and_never_trusts_a_changed
     # What the command depends on changed (here: the variables CUDA is found by): the long
     # way again, under another index.
     assert run(CUDA_PATH=str(tmp_path))["cpp_extension"] and len(indexes()) == 2
+
+
+def test_another_checkout_of_the_same_sources_finds_the_same_runtime_build(tmp_path):
+    # The build folder holds copies of the sources and headers, and the hash names torch's
+    # folder by name: another checkout (or venv) builds nothing.
+    root = tmp_path / "cache"
+    root.mkdir(mode=0o700)
+    (root / "runtime").mkdir(mode=0o700)
+    rt = Path(build.runtime_module().__file__).parent
+    shutil.copytree(rt, root / "runtime" / rt.name)
+    checkout = tmp_path / "checkout"
+    shutil.copytree(Path(trident.__file__).parent, checkout / "trident",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    script = tmp_path / "rt.py"
+    script.write_text(_RUNTIME_SCRIPT.replace(
+        '"before": before,', '"before": before, "trident": trident.__file__,'))
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, timeout=300,
+                          env={**os.environ, "TRIDENT_CACHE_DIR": str(root),
+                               "PYTHONPATH": str(checkout)},
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert Path(out["trident"]).parent == checkout / "trident"
+    assert Path(out["so"]).parent == root / "runtime" / rt.name
+    assert sorted(p.name for p in (root / "runtime").iterdir()
+                  if not p.name.startswith("index-")) == [rt.name]

@@ -442,7 +442,7 @@ def _build(kind: str, files: dict, cmd_for, what: str, suffix: str = ".so",
     memo = (kind, tuple(files.items()), template)
     tag = _tags.get(memo)
     if tag is None:
-        tag = _digest(*files.values(), template, sys.version, torch.__version__)
+        tag = _digest(*files.values(), _portable(template), sys.version, torch.__version__)
         if len(_tags) >= 4096:
             _tags.clear()
         _tags[memo] = tag
@@ -512,6 +512,37 @@ def _compile(kind_dir: Path, tag: str, files: dict, cmd_for, what: str,
     except FileNotFoundError:
         raise BuildError(what, cmd, log + f"\n(the compiler wrote no {name})") from None
     return tmp, _seal(tmp, fd, name)
+
+
+@functools.lru_cache(maxsize=1)
+def _install_roots() -> tuple:
+    """(folder, placeholder) of the packages whose paths a build command names: torch's
+    headers and libraries, Triton's cuda.h (with Triton's version, which then stands for the
+    header)."""
+    import torch
+
+    roots = [(os.path.dirname(torch.__file__), "<torch>")]
+    spec = importlib.util.find_spec("triton")
+    if spec is not None and spec.origin:
+        try:
+            from importlib.metadata import version
+
+            v = version("triton")
+        except Exception:  # noqa: BLE001 - no metadata: the path itself stays in the hash
+            v = None
+        if v is not None:
+            roots.append((os.path.dirname(spec.origin), f"<triton {v}>"))
+    return tuple(roots)
+
+
+def _portable(template: str) -> str:
+    """A build command as its hash sees it: torch's and Triton's folders by name, so that a
+    checkout or a venv with the same sources, Python, torch and Triton finds the same build
+    (sources and headers are copied into the build folder; nothing is included from the
+    checkout)."""
+    for root, name in _install_roots():
+        template = template.replace(root + os.sep, name + os.sep).replace(root + " ", name + " ")
+    return template
 
 
 def _steps(cmd: list) -> list[list[str]]:
@@ -706,7 +737,7 @@ def _runtime_stamp(files: dict) -> str:
     import torch
 
     triton = importlib.util.find_spec("triton")
-    return _digest("runtime-index 1", *files.values(), str(RUNTIME_DIR), sys.version,
+    return _digest("runtime-index 2", *files.values(), sys.version,
                    _python_include(),
                    torch.__version__, torch.__file__, str(torch.version.cuda),
                    str(int(torch._C._GLIBCXX_USE_CXX11_ABI)), config.cxx_compiler(),
@@ -766,7 +797,7 @@ def _build_runtime(files: dict) -> Path:
         cxx = config.cxx_compiler()
         flags = ["-fPIC", "-O2", "-std=c++20", "-fvisibility=hidden",
                  f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-DTORCH_EXTENSION_NAME=_trident_rt",
-                 f"-I{RUNTIME_DIR}", f"-I{_python_include()}",
+                 f"-I{_python_include()}",
                  *[f"-I{i}" for i in incs], *cuda["cflags"]]
         objs = [f"{src}.o" for src in srcs]
         return [*([cxx, *flags, "-c", src, "-o", obj] for src, obj in zip(srcs, objs)),
@@ -916,7 +947,7 @@ def _scm_cmd(*head: str, opt: str = "-O2"):
             config.c_compiler(), *head, "-fPIC", opt, "-std=c11", "-ffp-contract=off",
             "-fvisibility=hidden", "-Wall", "-Wno-unused-variable", "-Wno-unused-label",
             "-Wno-unused-function",
-            f"-I{RUNTIME_DIR}", f"-I{_python_include()}", *srcs, *tail, "-o", out,
+            f"-I{_python_include()}", *srcs, *tail, "-o", out,
         ]
 
     return cmd_for
