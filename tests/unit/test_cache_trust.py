@@ -448,12 +448,18 @@ print(json.dumps({"so": mod.__file__, "before": before,
 '''
 
 
-def test_a_new_process_finds_the_runtime_by_its_index_and_never_trusts_a_changed_one(tmp_path):
+def _cache_with_this_runtime(tmp_path) -> tuple[Path, Path]:
+    """A new cache root holding this process's runtime build: (root, the build's folder)."""
     root = tmp_path / "cache"
     root.mkdir(mode=0o700)
     (root / "runtime").mkdir(mode=0o700)
     rt = Path(build.runtime_module().__file__).parent
     shutil.copytree(rt, root / "runtime" / rt.name)
+    return root, rt
+
+
+def test_a_new_process_finds_the_runtime_by_its_index_and_never_trusts_a_changed_one(tmp_path):
+    root, rt = _cache_with_this_runtime(tmp_path)
     script = tmp_path / "rt.py"
     script.write_text(_RUNTIME_SCRIPT)
     env = {**os.environ, "TRIDENT_CACHE_DIR": str(root),
@@ -490,11 +496,7 @@ def test_a_new_process_finds_the_runtime_by_its_index_and_never_trusts_a_changed
 def test_another_checkout_of_the_same_sources_finds_the_same_runtime_build(tmp_path):
     # The build folder holds copies of the sources and headers, and the hash names torch's
     # folder by name: another checkout (or venv) builds nothing.
-    root = tmp_path / "cache"
-    root.mkdir(mode=0o700)
-    (root / "runtime").mkdir(mode=0o700)
-    rt = Path(build.runtime_module().__file__).parent
-    shutil.copytree(rt, root / "runtime" / rt.name)
+    root, rt = _cache_with_this_runtime(tmp_path)
     checkout = tmp_path / "checkout"
     shutil.copytree(Path(trident.__file__).parent, checkout / "trident",
                     ignore=shutil.ignore_patterns("__pycache__"))
