@@ -1,19 +1,23 @@
-"""A float that changes per call (a sampling temperature): eager vs Trident, with and without
-TRIDENT_FLOAT_VALUES.
+"""A float that changes per call (a sampling temperature): eager vs Trident, with dynamic floats
+and with floats specialised (with and without TRIDENT_FLOAT_VALUES).
 
     python benchmarks/float_values.py [--calls 400] [--device cpu|cuda] [--out FILE]
 
 The function is the temperature step of sampling, `softmax(logits / temperature)` over a
 (batch, 4096) float32 tensor, called as a server would: each call draws a batch size from
 (1, 2, 4, 8) and a temperature from 0.1, 0.2, ..., 2.0 (a fixed random stream, the same for
-every mode).  Trident specialises Python floats (a version per value).  Modes, each in a
-fresh `trident.jit` of the same function (TRIDENT_CACHE=off, so nothing is loaded from disk):
+every mode).  Modes, each a `trident.jit` of a fresh copy of the function (its own code
+object, so that Dynamo's automatic-dynamic memory of one mode does not carry into the next;
+TRIDENT_CACHE=off, so nothing is loaded from disk):
 
 - eager: the function itself;
-- Trident, TRIDENT_FLOAT_VALUES=0: every new (batch, temperature) pair is a capture until the
-  recompile limit (16 versions), after which a call matching no version runs eagerly;
-- Trident, TRIDENT_FLOAT_VALUES=4 (the default): once the versions hold 4 temperatures, a call
-  with another temperature runs eagerly, uncaptured; new batch sizes are still captured.
+- Trident (the default, TRIDENT_DYNAMIC_FLOATS=1): the second temperature makes it a dynamic
+  float, the second batch size a dynamic size: a few versions serve every call;
+- Trident, floats specialised (TRIDENT_DYNAMIC_FLOATS=0), TRIDENT_FLOAT_VALUES=0: every new
+  (batch, temperature) pair is a capture until the recompile limit (16 versions), after which
+  a call matching no version runs eagerly;
+- the same with TRIDENT_FLOAT_VALUES=4: once the versions hold 4 temperatures, a call with
+  another temperature runs eagerly, uncaptured; new batch sizes are still captured.
 
 Reported per mode: the wall time of all calls, of the first and of the last half, the
 captures, the calls that ran eagerly, and the native hits.  The report goes to
@@ -44,6 +48,15 @@ from trident import config  # noqa: E402
 
 def temperature_step(logits, temperature):
     return torch.softmax(logits / temperature, -1)
+
+
+def _fresh(i: int):
+    """A copy of temperature_step with a code object of its own (Dynamo keys its
+    automatic-dynamic memory on the code's file, line and name)."""
+    ns = {"torch": torch}
+    exec(f"def temperature_step_{i}(logits, temperature):\n"
+         "    return torch.softmax(logits / temperature, -1)\n", ns)
+    return ns[f"temperature_step_{i}"]
 
 
 def _stream(n: int, device: str) -> list:
@@ -77,13 +90,17 @@ def main():
     stream = _stream(a.calls, a.device)
     _run(temperature_step, stream[:8], a.device)  # warm-up: eager's first-use costs
     rows = []
-    for title, values in (("eager", None), ("Trident, TRIDENT_FLOAT_VALUES=0", "0"),
-                          ("Trident, TRIDENT_FLOAT_VALUES=4", "4")):
+    modes = (("eager", None, None),
+             ("Trident (default: dynamic floats)", "1", "4"),
+             ("Trident, floats specialised, TRIDENT_FLOAT_VALUES=0", "0", "0"),
+             ("Trident, floats specialised, TRIDENT_FLOAT_VALUES=4", "0", "4"))
+    for i, (title, dynamic, values) in enumerate(modes):
         if values is None:
             fn = temperature_step
         else:
-            fn = trident.jit(temperature_step)
-        with config.scope(TRIDENT_FLOAT_VALUES=values or "4", TRIDENT_TIER_UP="0"):
+            fn = trident.jit(_fresh(i))
+        with config.scope(TRIDENT_FLOAT_VALUES=values or "4", TRIDENT_TIER_UP="0",
+                          TRIDENT_DYNAMIC_FLOATS=dynamic or "1"):
             times = _run(fn, stream, a.device)
         half = len(times) // 2
         row = {"mode": title, "total": sum(times), "first": sum(times[:half]),

@@ -53,12 +53,16 @@ KNOBS = {
         Knob("TRIDENT_STRICT", "0", "1: raise instead of falling back to eager "
              "(the default for jit(strict=None))."),
         Knob("TRIDENT_MAX_VERSIONS", "16", "Default recompile limit per function."),
-        Knob("TRIDENT_FLOAT_VALUES", "4", "Python floats are specialised (a version per "
-             "value): once a function's versions hold this many values of one float (an "
-             "argument such as a sampling temperature, or a global), a call that misses on "
-             "another value of it runs eagerly, uncaptured, so that a float that changes per "
-             "call neither pays a capture per value nor uses up the recompile limit; 0: no "
-             "such limit."),
+        Knob("TRIDENT_DYNAMIC_FLOATS", "1", "1: a float argument that takes a second value "
+             "is captured once more as a dynamic float (Dynamo's automatic dynamic: one "
+             "version for every value but NaN), where the function only computes with it; "
+             "where it does more (it reaches a tensor, or Dynamo guards on its value), and "
+             "with 0, floats are specialised (a version per value)."),
+        Knob("TRIDENT_FLOAT_VALUES", "4", "Where a float is specialised: once a function's "
+             "versions hold this many values of one float (an argument such as a sampling "
+             "temperature, or a global), a call that misses on another value of it runs "
+             "eagerly, uncaptured, so that a float that changes per call neither pays a "
+             "capture per value nor uses up the recompile limit; 0: no such limit."),
         Knob("TRIDENT_DISABLE", "0", "1: trident.jit returns functions that run eagerly."),
         Knob("TRIDENT_BOXED_ONLY", "0", "1: call every ATen operator through the boxed "
              "dispatcher, without the runtime's typed fast paths (read by the runtime at "
@@ -136,6 +140,10 @@ def strict() -> bool:
 
 def max_versions() -> int:
     return int(_get("TRIDENT_MAX_VERSIONS"))
+
+
+def dynamic_floats() -> bool:
+    return _get("TRIDENT_DYNAMIC_FLOATS") != "0"
 
 
 def float_values() -> int:

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from . import config, eager, introspect, persist
-from .capture.dynamo import capture
+from .capture.dynamo import FLOATS_SPECIALISED, capture
 from .codegen import c as cgen
 from .errors import BuildError, CaptureError, RecompileError, UnsupportedError, user_stacklevel
 from .guards.translate import ConstPool, SourceConverter, dynamo_wrapped, translate
@@ -226,7 +226,8 @@ class SCM:
         try:
             cap = capture(self.fn, args, kwargs, dynamic=self._capture_dynamic(),
                           global_state_fn=self.rt.global_state,
-                          pow2_buckets=not self._pow2_symbolic())
+                          pow2_buckets=not self._pow2_symbolic(),
+                          specialize_float=self._floats_specialised())
         except CaptureError as e:
             # Either the user's code raises (eager raises the same) or Dynamo
             # cannot capture it.  Run eagerly: its exception, if any, is the
@@ -302,6 +303,12 @@ class SCM:
         of a 5 s miss on the H200).  Static capture is always valid; it only specializes
         more (one version per shape, as the retry gives anyway)."""
         return False if self.static_after is not None else self.options.dynamic
+
+    def _floats_specialised(self) -> bool:
+        """Whether this function's captures specialise floats from the start: one of its
+        versions had to (a dynamic float reached what a version cannot compute with or guard
+        on: `capture`), so another capture would trace twice to find the same."""
+        return any(n.startswith(FLOATS_SPECIALISED) for v in self.versions for n in v.notes)
 
     def _pow2_symbolic(self) -> bool:
         """Whether this function's captures keep `triton.next_power_of_2` symbolic: one of its

@@ -133,6 +133,27 @@ def test_float_of_a_dynamic_size_as_a_launch_argument():
     assert st["fallbacks"] == 0 and sum(st["hits"]) >= 1, st
 
 
+def _temperature_scaled(x, t):
+    y = torch.empty_like(x)
+    n = x.numel()
+    _scale_kernel[(triton.cdiv(n, 256),)](x, y, n, 1.0 / (t + 0.5), BLOCK=256)
+    return y
+
+
+def test_a_dynamic_float_as_a_launch_argument():
+    # the second temperature makes `t` a dynamic float: one version launches for every value,
+    # computing 1 / (t + 0.5) natively and passing it as the kernel's fp32 argument
+    f = trident.jit(_temperature_scaled, strict=True)
+    g = torch.Generator().manual_seed(5)
+    values = [float(v) for v in torch.rand(6, generator=g) * 2]
+    for t in values:
+        x = torch.randn(2000, device=DEV)
+        torch.testing.assert_close(f(x, t), _temperature_scaled(x.clone(), t), rtol=0, atol=0)
+    st = trident.stats(f)
+    assert st["captures"] == 2 and sum(st["hits"]) == len(values) - 2, st
+    assert "= f0 = float L['t']" in trident.explain(f)
+
+
 @triton.heuristics({"EVEN": lambda args: args["n"] % args["BLOCK"] == 0})
 @triton.jit
 def _heur_kernel(X, Y, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):

@@ -260,6 +260,7 @@ def test_a_float_that_changes_per_call_runs_eagerly_past_its_values(h, monkeypat
     """Floats are specialised per value: once the versions hold TRIDENT_FLOAT_VALUES values
     of one float, a miss on another value of it runs eagerly, uncaptured; its held values
     keep hitting, and other paths (another float's new value, a new shape) are captured."""
+    monkeypatch.setenv("TRIDENT_DYNAMIC_FLOATS", "0")
     monkeypatch.setenv("TRIDENT_FLOAT_VALUES", "3")
     fn = h.fresh(_affine)
     f = trident.jit(fn, max_versions=8)
@@ -280,6 +281,7 @@ def test_a_float_that_changes_per_call_runs_eagerly_past_its_values(h, monkeypat
 
 
 def test_float_values_zero_captures_every_value(h, monkeypatch):
+    monkeypatch.setenv("TRIDENT_DYNAMIC_FLOATS", "0")
     monkeypatch.setenv("TRIDENT_FLOAT_VALUES", "0")
     fn = h.fresh(_tempered)
     f = trident.jit(fn, max_versions=8)

@@ -3,12 +3,15 @@
 `to_aten` traces the graph with `make_fx` under Dynamo's fake mode (with the Python
 dispatcher on when an input has a symbolic size, as AOTAutograd traces) and rewrites whole
 `aten::size` / `aten::stride` lists read by index into `sym_size.int` / `sym_stride.int`.
+`float_uses` says whether a dynamic float argument stays within what a version lowers.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import math
+import operator
 
 import torch
 
@@ -106,3 +109,44 @@ def rewrite_size_lists(gm) -> None:
         g.lint()
         gm.recompile()
 
+
+
+# What a dynamic float may flow into (what ir/lower.py lowers over a float value): float
+# arithmetic, float -> int conversions, an ATen operator's or a Triton launch's scalar argument,
+# the result.
+_FLOAT_ARITH = {operator.add, operator.sub, operator.mul, operator.truediv, operator.pow,
+                operator.neg, torch.sym_float, getattr(torch, "_sym_sqrt", None)} - {None}
+_FLOAT_TO_INT = {math.trunc, math.floor, math.ceil, round, torch.sym_int}
+
+
+def float_uses(aten: torch.fx.GraphModule, float_args: list) -> str | None:
+    """Why a dynamic float argument cannot stay dynamic in `aten` (`float_args`: whether each
+    placeholder is one), or None: Dynamo's 0-d float64 tensor of it must be read only by
+    `.item()`, and the float only computed with (`_FLOAT_ARITH`, `_FLOAT_TO_INT`), passed to
+    an ATen operator or a Triton launch, or returned."""
+    places = [n for n in aten.graph.nodes if n.op == "placeholder"]
+    todo = []
+    for node, is_float in zip(places, float_args):
+        if not is_float:
+            continue
+        for u in node.users:
+            if u.target is not torch.ops.aten._local_scalar_dense.default:
+                return f"the float {node.name} is used as a tensor ({u.format_node()})"
+            todo.append(u)
+    seen = set()
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        for u in n.users:
+            t = u.target
+            if u.op == "output" or isinstance(t, torch._ops.OpOverload) \
+                    or "triton_kernel_wrapper" in str(t) or t in _FLOAT_TO_INT:
+                continue
+            val = u.meta.get("val")
+            if t in _FLOAT_ARITH and isinstance(val, (float, torch.SymFloat)):
+                todo.append(u)
+                continue
+            return f"a float argument reaches {u.format_node()}"
+    return None

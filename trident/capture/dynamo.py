@@ -18,15 +18,17 @@ from __future__ import annotations
 
 import inspect
 import linecache
+import re
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
 
+from .. import config
 from ..errors import CaptureError, UnsupportedError
 from . import adapters
-from .aten import fake_mode_of, to_aten
+from .aten import fake_mode_of, float_uses, to_aten
 from .aten import rewrite_size_lists as _rewrite_size_lists  # noqa: F401 - tests import it here
 from .checks import (AttrStore, check_side_effects, mode_change, own_kwargs_name,
                      whole_function_mode)
@@ -43,29 +45,47 @@ if TYPE_CHECKING:
 
     from ..triton.launch import LaunchRecord
 
-__all__ = ["Capture", "GraphInput", "PathGuards", "capture"]
+__all__ = ["FLOATS_SPECIALISED", "Capture", "GraphInput", "PathGuards", "capture"]
+
+
+FLOATS_SPECIALISED = "captured with floats specialised"
 
 
 def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn,
-            pow2_buckets: bool = True) -> Capture:
+            pow2_buckets: bool = True, specialize_float: bool = False) -> Capture:
     """Capture `fn(*args, **kwargs)`; raises CaptureError / UnsupportedError, each carrying
     the path's guards (`.guards`, a `PathGuards` or None) and, where the call ran, its result
     (`.result`).  `pow2_buckets`: whether `triton.next_power_of_2` of a dynamic size may be
     traced as its power-of-two range (TRIDENT_POW2_BUCKETS; capture/adapters.py).
+    `specialize_float`: floats specialised from the start; else (and with
+    TRIDENT_DYNAMIC_FLOATS) a float argument Dynamo makes dynamic stays so where the version
+    can compute with it (`float_uses`, `_float_guards`), and the capture is tried once more
+    with floats specialised where not (noted: FLOATS_SPECIALISED).
 
     An exception raised by the user's own operations while the captured graph
     runs is re-raised as is (it is what eager raises).
     """
     first: _Recorder | None = None  # the dynamic attempt, when this is its static retry
     first_exc: Exception | None = None
+    specialize_float = specialize_float or not config.dynamic_floats()
+    float_note = None
     while True:
-        rec = _Recorder(fn, dynamic, pow2_buckets=pow2_buckets)
+        rec = _Recorder(fn, dynamic, pow2_buckets=pow2_buckets,
+                        specialize_float=specialize_float)
         compiled = rec.compile(global_state_fn)
         try:
             result = rec.call(compiled, args, kwargs)
         except _GraphRunError as e:
             raise e.exc from None
         except Exception as e:  # noqa: BLE001
+            if (rec.refused or rec.float_specialize is not None) and not specialize_float \
+                    and any(i.float_arg for i in rec.inputs):
+                # A dynamic float reaches what a version cannot compute with or guard on, or
+                # the path is refused with one (nothing ran): once more with floats
+                # specialised, as before Dynamo made it dynamic.
+                specialize_float = True
+                float_note = f"{FLOATS_SPECIALISED}: {rec.float_specialize or rec.unsupported}"
+                continue
             if rec.refused:
                 # Nothing ran: no `result`, so the caller runs the function eagerly.
                 err = UnsupportedError(rec.unsupported)
@@ -85,11 +105,31 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn,
             # trace's.
             raise _capture_error(first_exc, first.path_guards() or err.guards) from first_exc
         if first is None:
-            return rec.capture(result)
-        return rec.capture(result, triton_needs_static=first.need_static, note=(
+            return rec.capture(result, note=float_note)
+        cap = rec.capture(result, triton_needs_static=first.need_static, note=(
             "captured with static shapes: "
             + ("a Triton autotune key or heuristic reads a dynamic size" if first.need_static
                else f"with dynamic shapes Dynamo failed: {_first_line(first_exc)}")))
+        return cap.with_note(float_note) if float_note else cap
+
+
+class _NeedSpecializedFloat(Exception):
+    """A dynamic float argument reaches what a version cannot compute with (`float_uses`):
+    capture again with floats specialised (nothing ran)."""
+
+
+def _float_guards(exprs, sources: set) -> str | None:
+    """A shape guard over a dynamic float other than Dynamo's `not math.isnan(f)` (say
+    `f > 1.0`, from `if t > 1.0:`), which the versions' guards do not evaluate: why the float
+    is specialised instead, or None."""
+    if not sources:
+        return None
+    for text, mapping in exprs:
+        names = [n for n, src in mapping.items() if src in sources
+                 and re.search(rf"\b{re.escape(n)}\b", text)]
+        if names and text != f"not math.isnan({names[0]})":
+            return f"Dynamo guards on its value: {text}"
+    return None
 
 
 class _NeedStatic(Exception):
@@ -129,6 +169,8 @@ class _Recorder:
     unsupported: str | None = None  # why the capture is refused
     refused: bool = False  # refused in the backend: the guard filter stops the compile
     need_static: bool = False  # a Triton launch needs static shapes (_NeedStatic)
+    specialize_float: bool = True  # Dynamo's specialize_float for this attempt
+    float_specialize: str | None = None  # why a dynamic float needs specialising
     stores: tuple[AttrStore, ...] = ()
     inputs: tuple[GraphInput, ...] = ()
     run_mode: int = 0
@@ -171,10 +213,10 @@ class _Recorder:
         from torch._C._dynamo.eval_frame import reset_code
 
         try:
-            # Python floats are specialized (a new value is a new version), as in
-            # torch.compile's defaults before 2.6: a dynamic float needs float
-            # shape guards (math.isnan ...) the SCM does not evaluate.
-            with torch._dynamo.config.patch(specialize_float=True), \
+            # specialize_float=False: a float argument's second value makes it dynamic
+            # (a 0-d float64 graph input read by `.item()`, guarded by its type and
+            # `not math.isnan`), as in torch.compile since 2.6 (TRIDENT_DYNAMIC_FLOATS).
+            with torch._dynamo.config.patch(specialize_float=self.specialize_float), \
                     adapters.active(self.adapted), on_failed_trace(self.record_failed_trace):
                 return compiled(*args, **kwargs)
         finally:
@@ -213,7 +255,10 @@ class _Recorder:
             if ga is None:
                 self.unsupported = f"graph input {node.name} has no source"
                 ex = None
-            inputs.append(GraphInput(ga.source if ga is not None else None, ex))
+            float_arg = (ga is not None and ga.pass_arg_as_tensor and not ga.is_tensor
+                         and isinstance(ex, torch.Tensor) and ex.dim() == 0
+                         and ex.dtype == torch.float64)
+            inputs.append(GraphInput(ga.source if ga is not None else None, ex, float_arg))
             fakes.append(ex)
         self.inputs = tuple(inputs)
         whole = whole_function_mode(gm)
@@ -247,6 +292,11 @@ class _Recorder:
             self.unsupported = f"lowering to ATen failed: {type(e).__name__}: {e}"
         self.aten = aten
         self.gm = gm
+        if aten is not None and self.unsupported is None and any(i.float_arg for i in inputs):
+            why = float_uses(aten, [i.float_arg for i in inputs])
+            if why is not None:
+                self.float_specialize = why
+                raise _NeedSpecializedFloat(why)
         self.sizes = sizes_strides(og)
 
         has_triton = any(is_triton_node(n) for n in gm.graph.nodes)
@@ -291,6 +341,11 @@ class _Recorder:
         if og is not None and any(e.guard_type == "SHAPE_ENV" for e in entries):
             exprs = shape_exprs(og.shape_env)
         self.shape_exprs = exprs
+        if not self.refused and self.float_specialize is None:
+            why = _float_guards(exprs, {i.source for i in self.inputs if i.float_arg})
+            if why is not None:
+                self.float_specialize = why
+                raise _NeedSpecializedFloat(why)
         if self.refused:
             raise _Refused(self.unsupported)
         return [True] * len(entries)

@@ -28,6 +28,9 @@ class GraphInput(Frozen):
 
     source: Source | None  # None only in a capture that is refused
     example: object  # FakeTensor, SymInt, int, float
+    # A Python float that Dynamo passes to the graph as a 0-d float64 tensor, which the graph
+    # reads only through `.item()` (a dynamic float: `_Recorder.float_uses`)
+    float_arg: bool = False
 
 
 @frozen

@@ -344,6 +344,9 @@ class _VersionGen:
                 self.lines.append(f"  if (!{o} || !PyFloat_CheckExact({o})) goto bad_arg;")
                 self.lines.append(
                     f"  api->frame_set_double(F, {ins.slot}, PyFloat_AS_DOUBLE({o}));")
+                if ins.var is not None:
+                    self.lines.insert(0, f"  double {ins.var} = 0;")
+                    self.lines.append(f"  {ins.var} = PyFloat_AS_DOUBLE({o});")
         elif isinstance(ins, (ir.SymDef, ir.FloatDef)):
             # An integer beyond int64, a division by zero, a float's domain error: a miss, so
             # that the call runs as eager does (Python's ints do not overflow); after a side

@@ -87,7 +87,15 @@ class _Lowering:
 
         ex = gin.example
         src = gin.source
-        if isinstance(ex, torch.Tensor):
+        if gin.float_arg:
+            # A dynamic float: Dynamo's 0-d float64 tensor of it is read only by `.item()`
+            # (`_local_scalar_dense`), which stands for the float itself.
+            s = self.slot()
+            var = f"f{self.nsym}"
+            self.nsym += 1
+            self.program.append(ir.LoadScalar(s, self.conv(src), "float", var))
+            self.vals[node] = ("float_arg", var, s)
+        elif isinstance(ex, torch.Tensor):
             s = self.slot()
             self.program.append(ir.LoadTensor(s, self.conv(src)))
             self.vals[node] = ("slot", s)
@@ -392,6 +400,13 @@ class _Lowering:
 
     def node(self, node) -> None:
         t = node.target
+        for a in (*node.args, *node.kwargs.values()):
+            if isinstance(a, torch.fx.Node) and self.vals.get(a, ("",))[0] == "float_arg":
+                if t is not torch.ops.aten._local_scalar_dense.default:
+                    raise UnsupportedError("a float argument used as a tensor "
+                                           f"({node.format_node()})")
+                self.vals[node] = ("float", *self.vals[a][1:])
+                return
         if "triton_kernel_wrapper" in str(t):
             if not is_triton_hop(t):
                 raise UnsupportedError(f"unknown Triton wrapper {t}")

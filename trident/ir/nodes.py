@@ -715,14 +715,17 @@ class LoadTensor(Frozen):
 
 @frozen
 class LoadScalar(Frozen):
-    """A Python int/float argument Dynamo left unspecialized."""
+    """A Python int/float argument Dynamo left unspecialized; a float read as a float
+    variable too (`var`: a dynamic float, `FloatVar(var)` in float expressions)."""
 
     slot: int
     source: Source
     kind: str  # int | float
+    var: str | None = None
 
     def __str__(self) -> str:
-        return f"%{self.slot} = {self.kind} {self.source}"
+        named = f"{self.var} = " if self.var else ""
+        return f"%{self.slot} = {named}{self.kind} {self.source}"
 
 
 @frozen

@@ -1,8 +1,8 @@
 """Pass: integers of the inputs first.
 
-Every `SymDef` and `FloatDef` computed from the inputs alone (their sizes, strides and ints,
-read when the guards ran; not an integer an operator returned) moves to the front of the
-program, in order.
+Every `SymDef` and `FloatDef` computed from the inputs alone (their sizes, strides, ints and
+dynamic float arguments, read when the guards ran; not an integer an operator returned) moves
+to the front of the program, in order, after the float arguments' loads.
 The values are the same wherever they are computed, but one beyond int64 is then found before
 any operator writes to an argument: a miss (the call runs as eager does), not the late
 OverflowError (found by the fuzzer: `x.clamp_(min=0); return s * 2` with s = 2**62).
@@ -37,7 +37,10 @@ def inputs_first(v: ir.Version) -> ir.Version:
             and all(n in known for n in ir.float_vars(e))
 
     for ins in v.program:
-        if isinstance(ins, ir.SymDef) and from_inputs(ins.expr) or \
+        if isinstance(ins, ir.LoadScalar) and ins.var is not None:
+            known.add(ins.var)  # a float argument (its FloatDefs may move up: it goes first)
+            early.append(ins)
+        elif isinstance(ins, ir.SymDef) and from_inputs(ins.expr) or \
                 isinstance(ins, ir.FloatDef) and float_from_inputs(ins.expr):
             known.add(ins.var)
             early.append(ins)
