@@ -120,7 +120,10 @@ def main():
         f"- command: `python benchmarks/float_values.py --calls {a.calls} --device {a.device}`",
         "- workload: `softmax(logits / temperature)`, logits (batch, 4096) float32, each call "
         "a batch size from (1, 2, 4, 8) and a temperature from 0.1..2.0 (20 values), one "
-        "random stream for all modes; TRIDENT_CACHE=off, TRIDENT_TIER_UP=0.", "",
+        "random stream for all modes; TRIDENT_CACHE=off, TRIDENT_TIER_UP=0.",
+        "- the first half holds the captures and their C builds; the build cache is shared "
+        "by the modes (a later mode finds the units of an earlier one with the same text: "
+        "the two specialised modes share theirs); the last half is the steady state.", "",
         "| mode | all calls (s) | first half (s) | last half (s) | captures | ran eagerly "
         "| native hits | recompile limit reached |",
         "|---|---:|---:|---:|---:|---:|---:|---|",
