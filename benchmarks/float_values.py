@@ -121,7 +121,8 @@ def main():
         "- workload: `softmax(logits / temperature)`, logits (batch, 4096) float32, each call "
         "a batch size from (1, 2, 4, 8) and a temperature from 0.1..2.0 (20 values), one "
         "random stream for all modes; TRIDENT_CACHE=off, TRIDENT_TIER_UP=0.",
-        "- the first half holds the captures and their C builds; the build cache is shared "
+        "- the first half holds the captures and their C builds (and, in the first Trident "
+        "mode, Dynamo's first use in the process); the build cache is shared "
         "by the modes (a later mode finds the units of an earlier one with the same text: "
         "the two specialised modes share theirs); the last half is the steady state.", "",
         "| mode | all calls (s) | first half (s) | last half (s) | captures | ran eagerly "
