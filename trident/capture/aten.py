@@ -112,8 +112,9 @@ def rewrite_size_lists(gm) -> None:
 
 
 # What a dynamic float may flow into (what ir/lower.py lowers over a float value): float
-# arithmetic, float -> int conversions, an ATen operator's or a Triton launch's scalar argument,
-# the result.
+# arithmetic, float -> int conversions, an ATen operator's scalar argument, the result.  Not
+# yet a Triton launch: a float may be a constexpr, an autotune key or a heuristic's input
+# there, and the launch of a dynamic float has not run on a GPU; such a float stays specialised.
 _FLOAT_ARITH = {operator.add, operator.sub, operator.mul, operator.truediv, operator.pow,
                 operator.neg, torch.sym_float, getattr(torch, "_sym_sqrt", None)} - {None}
 _FLOAT_TO_INT = {math.trunc, math.floor, math.ceil, round, torch.sym_int}
@@ -123,7 +124,7 @@ def float_uses(aten: torch.fx.GraphModule, float_args: list) -> str | None:
     """Why a dynamic float argument cannot stay dynamic in `aten` (`float_args`: whether each
     placeholder is one), or None: Dynamo's 0-d float64 tensor of it must be read only by
     `.item()`, and the float only computed with (`_FLOAT_ARITH`, `_FLOAT_TO_INT`), passed to
-    an ATen operator or a Triton launch, or returned."""
+    an ATen operator, or returned."""
     places = [n for n in aten.graph.nodes if n.op == "placeholder"]
     todo = []
     for node, is_float in zip(places, float_args):
@@ -141,8 +142,9 @@ def float_uses(aten: torch.fx.GraphModule, float_args: list) -> str | None:
         seen.add(n)
         for u in n.users:
             t = u.target
-            if u.op == "output" or isinstance(t, torch._ops.OpOverload) \
-                    or "triton_kernel_wrapper" in str(t) or t in _FLOAT_TO_INT:
+            if "triton_kernel_wrapper" in str(t):
+                return f"a float argument reaches a Triton launch ({u.name})"
+            if u.op == "output" or isinstance(t, torch._ops.OpOverload) or t in _FLOAT_TO_INT:
                 continue
             val = u.meta.get("val")
             if t in _FLOAT_ARITH and isinstance(val, (float, torch.SymFloat)):
