@@ -56,8 +56,9 @@ KNOBS = {
         Knob("TRIDENT_DYNAMIC_FLOATS", "1", "1: a float argument that takes a second value "
              "is captured once more as a dynamic float (Dynamo's automatic dynamic: one "
              "version for every value but NaN), where the function only computes with it; "
-             "where it does more (it reaches a tensor or a Triton launch, or Dynamo guards "
-             "on its value), and "
+             "a branch on its value gives a version per side; where it does more (it reaches "
+             "a tensor or a Triton launch, or Dynamo guards on it with more than comparisons "
+             "and arithmetic), and "
              "with 0, floats are specialised (a version per value)."),
         Knob("TRIDENT_FLOAT_VALUES", "4", "Where a float is specialised: once a function's "
              "versions hold this many values of one float (an argument such as a sampling "

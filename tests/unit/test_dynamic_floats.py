@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -42,6 +43,18 @@ def _int_times_float(x, t):
 
 def _branch_on_float(x, t):
     return x * t if t > 1.0 else x - t
+
+
+def _floor_branch(x, t):
+    if math.floor(t * 2) == 3:
+        return x + 1
+    return x * t
+
+
+def _greedy_or_sampled(logits, t):
+    if t == 0.0:
+        return logits.argmax(-1)
+    return torch.softmax(logits / t, -1).argmax(-1)
 
 
 def _returns_float(x, t):
@@ -87,8 +100,26 @@ def test_nan_and_infinities_keep_eager_results(h):
     assert trident.stats(f)["captures"] == 3
 
 
-@pytest.mark.parametrize("fn", [_branch_on_float, _returns_float],
-                         ids=["branch_on_float", "returns_float"])
+@pytest.mark.parametrize("fn, values, captures", [
+    # 0.5 specialised; then one version for t > 1.0 and one for t <= 1.0 (and not NaN)
+    (_branch_on_float, (0.5, 1.5, 2.5, 0.25, 3.5, 1.0, 0.75, 1.0000001), 3),
+    # 0.7 specialised; then t != 0.0 and t == 0.0 (a path that does not read t otherwise)
+    (_greedy_or_sampled, (0.7, 1.3, 0.0, 2.0, 0.0, 0.5, 0.0, 1e-300), 3),
+    # 0.3 specialised; then floor(2t) == 3 and floor(2t) != 3
+    (_floor_branch, (0.3, 1.6, 1.7, 0.2, 2.9, 1.55, -0.4), 3)],
+    ids=["branch_on_float", "greedy_or_sampled", "floor_branch"])
+def test_a_guard_on_a_dynamic_floats_value_is_evaluated_natively(h, fn, values, captures):
+    fn = h.fresh(fn)
+    f = trident.jit(fn)
+    for t in values:
+        h.check(f, fn, h.rand(4, 8), t)
+    st = trident.stats(f)
+    assert st["captures"] == captures and sum(st["hits"]) == len(values) - captures, st
+    # the branch's guard reads the float natively (ir.PyFloat)
+    assert re.search(r"\] shape .*float L\['t'\]", trident.explain(f)), trident.explain(f)
+
+
+@pytest.mark.parametrize("fn", [_returns_float], ids=["returns_float"])
 def test_a_float_a_version_cannot_keep_dynamic_is_specialised_as_before(h, fn, monkeypatch):
     monkeypatch.setenv("TRIDENT_FLOAT_VALUES", "3")
     fn = h.fresh(fn)

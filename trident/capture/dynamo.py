@@ -16,9 +16,9 @@ tries once more with static shapes.
 
 from __future__ import annotations
 
+import ast
 import inspect
 import linecache
-import re
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -78,8 +78,8 @@ def capture(fn, args: tuple, kwargs: dict, *, dynamic, global_state_fn,
         except _GraphRunError as e:
             raise e.exc from None
         except Exception as e:  # noqa: BLE001
-            if (rec.refused or rec.float_specialize is not None) and not specialize_float \
-                    and any(i.float_arg for i in rec.inputs):
+            if not specialize_float and (rec.float_specialize is not None or (
+                    rec.refused and any(i.float_arg for i in rec.inputs))):
                 # A dynamic float reaches what a version cannot compute with or guard on, or
                 # the path is refused with one (nothing ran): once more with floats
                 # specialised, as before Dynamo made it dynamic.
@@ -118,17 +118,40 @@ class _NeedSpecializedFloat(Exception):
     capture again with floats specialised (nothing ran)."""
 
 
+# What a shape guard over a dynamic float may hold (guards/translate.py evaluates it natively,
+# the float as `ir.PyFloat`): comparisons and arithmetic of names and constants, the NaN check.
+_FLOAT_GUARD_NODES = (ast.Compare, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub,
+                      ast.UAdd, ast.BinOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Constant,
+                      ast.Name, ast.Load, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+_FLOAT_GUARD_CALLS = ("math.isnan", "torch.sym_float", "math.floor", "math.ceil", "math.trunc",
+                      "int", "round", "torch.sym_int")
+
+
 def _float_guards(exprs, sources: set) -> str | None:
-    """A shape guard over a dynamic float other than Dynamo's `not math.isnan(f)` (say
-    `f > 1.0`, from `if t > 1.0:`), which the versions' guards do not evaluate: why the float
-    is specialised instead, or None."""
-    if not sources:
-        return None
+    """Why a shape guard over a float symbol (a dynamic float argument's, or one the shape
+    environment holds) is not one the versions evaluate (anything but comparisons, + - * /,
+    float -> int conversions of names and constants, and Dynamo's `not math.isnan(f)`), so
+    that the float is specialised instead; or None."""
     for text, mapping in exprs:
-        names = [n for n, src in mapping.items() if src in sources
-                 and re.search(rf"\b{re.escape(n)}\b", text)]
-        if names and text != f"not math.isnan({names[0]})":
-            return f"Dynamo guards on its value: {text}"
+        names = {n for n, src in mapping.items() if src in sources} \
+            | set(getattr(mapping, "floats", ()))
+        try:
+            tree = ast.parse(text, mode="eval").body
+        except SyntaxError:
+            tree = None
+        nodes = list(ast.walk(tree)) if tree is not None else []
+        if not any(isinstance(n, ast.Name) and n.id in names for n in nodes):
+            continue
+        for n in nodes:
+            if isinstance(n, ast.Call) and ast.unparse(n.func) in _FLOAT_GUARD_CALLS \
+                    and len(n.args) == 1 and not n.keywords:
+                continue
+            if isinstance(n, ast.Attribute) and ast.unparse(n) in _FLOAT_GUARD_CALLS:
+                continue
+            if isinstance(n, ast.Name) and n.id in ("math", "torch"):
+                continue
+            if not isinstance(n, _FLOAT_GUARD_NODES):
+                return f"Dynamo guards on its value: {text}"
     return None
 
 
@@ -341,7 +364,7 @@ class _Recorder:
         if og is not None and any(e.guard_type == "SHAPE_ENV" for e in entries):
             exprs = shape_exprs(og.shape_env)
         self.shape_exprs = exprs
-        if not self.refused and self.float_specialize is None:
+        if not self.refused and self.float_specialize is None and not self.specialize_float:
             why = _float_guards(exprs, {i.source for i in self.inputs if i.float_arg})
             if why is not None:
                 self.float_specialize = why

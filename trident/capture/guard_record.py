@@ -26,6 +26,14 @@ if TYPE_CHECKING:
 
 # (python expression over the names _v0, _v1, ..., {name: the Dynamo Source it reads})
 ShapeExpr = tuple[str, dict[str, "Source"]]
+
+
+class SymbolMap(dict):
+    """A shape guard's names -> their Dynamo sources; `floats`: the names that are float
+    symbols (a dynamic float: `math.isnan(_v5)`, `_v5 > 1.0`), which the guard reads as Python
+    floats, not ints."""
+
+    floats: frozenset = frozenset()
 # (sizes, strides), None where symbolic
 SizesStrides = tuple[tuple[int | None, ...], tuple[int | None, ...]]
 
@@ -79,8 +87,20 @@ def shape_exprs(shape_env) -> tuple[ShapeExpr, ...]:
         [a.fake for a in fs], [a.source for a in fs],
         input_contexts=[a.symbolic_context for a in fs],
         source_ref=source_ref, langs=("python",))
-    mapping = {v[0]: v[1] for v in names.values()}
+    mapping = SymbolMap({v[0]: v[1] for v in names.values()})
+    mapping.floats = frozenset(names[k][0] for k in _float_source_names(shape_env) if k in names)
     return tuple((e, mapping) for e in helpers[0].exprs)
+
+
+def _float_source_names(shape_env) -> set:
+    """The names of the sources of the shape environment's float symbols."""
+    from torch.utils._sympy.symbol import SymT, symbol_is_type
+
+    out = set()
+    for sym, sources in getattr(shape_env, "var_to_sources", {}).items():
+        if symbol_is_type(sym, SymT.FLOAT):
+            out.update(src.name for src in sources)
+    return out
 
 
 def sizes_strides(og) -> dict[Source, SizesStrides]:

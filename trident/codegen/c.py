@@ -166,6 +166,8 @@ class _VersionGen:
         """C (a double) of the float expression `e` (ir.FloatExpr); see scm_prelude.h."""
         if isinstance(e, ir.FloatVar):
             return e.name
+        if isinstance(e, ir.PyFloat):
+            return f"trt_pyfloat({self.load(e.source)}, &ok)"
         if isinstance(e, ir.FloatConst):
             v = e.value
             if v != v:

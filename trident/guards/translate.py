@@ -259,7 +259,8 @@ def translate(entries, cap, fn, consts: ConstPool, rt) -> tuple:
             covered.append(kind)
             continue
         if kind == "SHAPE_ENV":
-            last.extend(_shape_guards(cap.shape_exprs, conv))
+            floats = {i.source for i in getattr(cap, "inputs", ()) if i.float_arg}
+            last.extend(_shape_guards(cap.shape_exprs, conv, floats))
             continue
         if kind == "DEFAULT_DEVICE":
             import torch.utils._device as dev_mod
@@ -522,7 +523,7 @@ def _is_float(node) -> bool:
     if isinstance(node, ast.Constant):
         return type(node.value) is float
     if isinstance(node, ast.Call):
-        return ast.unparse(node.func) in ("torch.sym_float", *_SQRT)
+        return ast.unparse(node.func) in ("torch.sym_float", _PYFLOAT, *_SQRT)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         return _is_float(node.operand)
     if isinstance(node, ast.BinOp):
@@ -557,6 +558,8 @@ def _fexpr(node, rec, text) -> ir.FloatExpr:
         name = ast.unparse(node.func)
         if name == "torch.sym_float":
             return ir.FloatOf(rec(node.args[0]))
+        if name == _PYFLOAT:
+            return ir.PyFloat(rec.conv(rec.mapping[node.args[0].id]))
         if name in _SQRT:
             return ir.FloatUn("sqrt", frec(node.args[0]))
     if isinstance(node, ast.BinOp):
@@ -567,10 +570,34 @@ def _fexpr(node, rec, text) -> ir.FloatExpr:
     raise UnsupportedError(f"shape guard {text!r}: cannot translate {ast.dump(node)[:80]}")
 
 
-def _shape_guards(exprs, conv: SourceConverter) -> list:
+# A dynamic float argument's name in a shape guard, once `_FloatNames` has marked it.
+_PYFLOAT = "__trident_pyfloat__"
+
+
+class _FloatNames(ast.NodeTransformer):
+    """Each name of a dynamic float argument as `__trident_pyfloat__(name)`: a float operand
+    (`_is_float`), read as the Python float itself (`ir.PyFloat`)."""
+
+    def __init__(self, names: set):
+        self.names = names
+
+    def visit_Name(self, node):
+        if node.id in self.names:
+            return ast.Call(ast.Name(_PYFLOAT, ast.Load()), [node], [])
+        return node
+
+
+def _shape_guards(exprs, conv: SourceConverter, floats: set = frozenset()) -> list:
+    """The shape guards; `floats`: the sources of the dynamic float arguments, whose symbols,
+    with those the shape environment says are floats (`SymbolMap.floats`), are read as Python
+    floats (`ir.PyFloat`)."""
     out = []
     for text, mapping in exprs:
         tree = ast.parse(text, mode="eval").body
+        names = {n for n, src in mapping.items() if src in floats} \
+            | set(getattr(mapping, "floats", ()))
+        if names:
+            tree = _FloatNames(names).visit(tree)
         out.append(ir.ShapeGuard(_expr(tree, mapping, conv, text), text))
     return out
 
@@ -578,6 +605,8 @@ def _shape_guards(exprs, conv: SourceConverter) -> list:
 def _expr(node, mapping, conv, text) -> ir.SymExpr:
     def rec(n):
         return _expr(n, mapping, conv, text)
+
+    rec.conv, rec.mapping = conv, mapping  # (for _fexpr's ir.PyFloat)
 
     if isinstance(node, ast.Constant) and type(node.value) in (int, bool):
         return ir.IntConst(int(node.value))
@@ -618,6 +647,10 @@ def _expr(node, mapping, conv, text) -> ir.SymExpr:
             for p in parts[1:]:
                 acc = ir.BinOp("and", acc, p)
             return acc
+    if (isinstance(node, ast.Call) and ast.unparse(node.func) == "math.isnan"
+            and len(node.args) == 1 and not node.keywords
+            and isinstance(node.args[0], ast.Call) and ast.unparse(node.args[0].func) == _PYFLOAT):
+        node = ast.Call(node.func, node.args[0].args, [])  # a dynamic float's: as before
     if (isinstance(node, ast.Call) and ast.unparse(node.func) == "math.isnan"
             and len(node.args) == 1 and not node.keywords
             and isinstance(node.args[0], ast.Name) and node.args[0].id in mapping):

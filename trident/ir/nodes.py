@@ -439,7 +439,18 @@ class FloatUn(Frozen):
         return f"{self.op}({self.operand})"
 
 
-FloatExpr = Union[FloatVar, FloatConst, FloatOf, IntDiv, FloatBin, FloatUn]
+@frozen
+class PyFloat(Frozen):
+    """The Python float at `source` (a dynamic float argument, in a shape guard: Dynamo's
+    `_v5 > 1.0`); anything but a float fails the guard."""
+
+    source: Source
+
+    def __str__(self) -> str:
+        return f"float {self.source}"
+
+
+FloatExpr = Union[FloatVar, FloatConst, FloatOf, IntDiv, FloatBin, FloatUn, PyFloat]
 
 
 def float_int_parts(e) -> list:

@@ -93,6 +93,16 @@ int trt_equals(PyObject *o, PyObject *type, PyObject *value);
 
 /* Dynamo's `math.isnan(x)` over a float symbol: 1 or 0 for a float, a failed guard (ok = 0)
    for anything else (or a source that could not be read). */
+/* The value of a Python float (a dynamic float argument in a shape guard); anything else
+   fails the guard. */
+static inline double trt_pyfloat(PyObject *o, int *ok) {
+  if (!o || !PyFloat_CheckExact(o)) {
+    *ok = 0;
+    return 0.0;
+  }
+  return PyFloat_AS_DOUBLE(o);
+}
+
 static inline int64_t trt_float_isnan(PyObject *o, int *ok) {
   if (!o || !PyFloat_CheckExact(o)) {
     *ok = 0;
