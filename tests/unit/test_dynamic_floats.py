@@ -194,3 +194,41 @@ def test_a_new_process_serves_new_values_from_the_persisted_dynamic_version(tmp_
 
     assert run(1, [0.5, 1.5, 2.5]) == {"captures": 2, "hits": 1}
     assert run(2, _values(4, 3)) == {"captures": 0, "hits": 4}
+
+
+def _keyword(x, *, t=1.0):
+    return x * t
+
+
+def _tuple_item(x, cfg):
+    return x * cfg[0] + cfg[1]
+
+
+class _Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = 0.5
+
+    def forward(self, x):
+        return x * self.scale
+
+
+def _module_call(mod, x):
+    return mod(x)
+
+
+def test_a_float_from_a_keyword_an_item_or_a_module_attribute_is_dynamic(h):
+    kw, item, call = h.fresh(_keyword), h.fresh(_tuple_item), h.fresh(_module_call)
+    fk, fi, fc = trident.jit(kw), trident.jit(item), trident.jit(call)
+    mod = _Scaled()
+    values = _values(5, 2)
+    for t in values:
+        h.check(fk, kw, h.rand(3, 4), t=t)
+        h.check(fi, item, h.rand(3, 4), (t, 2.0 * t))
+        mod.scale = t
+        x = h.rand(3, 4)
+        torch.testing.assert_close(fc(mod, x), call(mod, x), rtol=0, atol=0)
+    h.check(fk, kw, h.rand(3, 4))  # the default: a value of its own
+    for f, hits in ((fk, len(values) - 1), (fi, len(values) - 2), (fc, len(values) - 2)):
+        st = trident.stats(f)
+        assert st["captures"] == 2 and sum(st["hits"]) == hits, st
